@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""TensorProto versus make_empty_traceable, measured: the numbers behind notebook 04.
+
+For both fake-impl strategies of ``tetrt_support.quant.linear.Linear``, on CPU, with a
+tiny MLP (Linear 64->64, ReLU, Linear 64->32, batch 32) trained by SGD under
+``torch.compile(fullgraph=True)``, per recipe and backend (aot_eager, inductor):
+
+- compile time: the first step's time minus the median later step (Dynamo + AOTAutograd
+  + backend, forward and backward graphs);
+- frames compiled, graphs captured and graph breaks over the steps;
+- the steady-state time of one training step (the fastest later step), compiled and eager;
+- the time of one call of the forward op's fake impl under FakeTensorMode -- the only
+  code path where the two strategies do different work at compile time;
+- lines of code (non-blank, non-comment, docstrings excluded) of each strategy's module
+  and of the plumbing both share.
+
+Every (strategy, backend, repeat) runs in its own fresh process with its own empty
+inductor cache, after a warm-up compile of a plain nn.Linear step, so that one-time costs
+(imports, the C++ toolchain's first run) and cache hits favour neither strategy; the
+order of the strategies alternates between repeats. Writes
+``benchmarks/results/fake_impls.json`` with the machine, versions and shapes.
+
+    python benchmarks/fake_impls.py                  # ~5 min on 2 loaded cores
+    python benchmarks/fake_impls.py --repeats 1 --backends aot_eager   # a quick look
+
+A script, not a test: timings on a shared machine are noisy, so nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "fake_impls.json"
+SIZES = (64, 64, 32)
+BATCH = 32
+STEPS = 8  # 1 compiling step + 7 timed steps
+FAKE_CALLS = 200
+
+
+def _child(strategy: str, backend: str) -> dict[str, Any]:
+    """Runs in a fresh process: every measurement for one strategy and backend."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import tetrt_support.quant  # noqa: F401  (registers the quantizers)
+    from tetrt_support.quant.fake_impls.measure import tiny_mlp, train
+    from tetrt_support.quant.recipes import RECIPES
+
+    torch.set_num_threads(1)  # the box is shared; one thread keeps runs comparable
+    g = torch.Generator().manual_seed(1)
+    x, target = torch.randn(BATCH, SIZES[0], generator=g), torch.randn(BATCH, SIZES[-1], generator=g)
+
+    # Warm-up: pay the one-time costs of this backend on a graph unrelated to either strategy.
+    warm = torch.nn.Sequential(torch.nn.Linear(SIZES[0], SIZES[-1]))
+    train(warm, x, target, steps=2, backend=backend)
+
+    rows = []
+    for recipe in RECIPES:
+        compiled, _ = train(tiny_mlp(recipe, strategy, SIZES), x, target, steps=STEPS, backend=backend)
+        eager, _ = train(tiny_mlp(recipe, strategy, SIZES), x, target, steps=STEPS)
+        steady = statistics.median(compiled.step_s)  # compile time = first step - a typical step
+        layer = tiny_mlp(recipe, strategy, SIZES)[0]
+        weight = layer.weight.detach()
+        with FakeTensorMode() as mode:
+            fx, fw = mode.from_tensor(x), mode.from_tensor(weight)
+            args = (fx, fw, None, [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer)
+            fake = layer._ops.forward._abstract_fn
+            batches = []
+            for _ in range(5):  # the minimum of 5 batches: the least disturbed by the shared box
+                start = time.perf_counter()
+                for _ in range(FAKE_CALLS // 5):
+                    fake(*args)
+                batches.append((time.perf_counter() - start) / (FAKE_CALLS // 5))
+            fake_us = min(batches) * 1e6
+        rows.append({
+            "strategy": strategy, "backend": backend, "recipe": recipe,
+            "compile_s": compiled.first_step_s - steady,
+            "frames": compiled.frames, "graphs": compiled.graphs, "graph_breaks": compiled.graph_breaks,
+            "step_ms": min(compiled.step_s) * 1e3, "eager_step_ms": min(eager.step_s) * 1e3,
+            "fake_impl_us": fake_us,
+            "loss_max_rel_diff_vs_eager": max(abs(a - b) / abs(b) for a, b in zip(compiled.losses, eager.losses)),
+        })
+    return {"rows": rows}
+
+
+def _run_child(strategy: str, backend: str) -> list[dict[str, Any]]:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="tetrt-bench-fake-impls-"))
+    env.pop("TORCH_LOGS", None)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", strategy, backend], env=env, check=True, capture_output=True, text=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for strategy in sorted({r["strategy"] for r in rows}):
+        for backend in sorted({r["backend"] for r in rows}):
+            sel = [r for r in rows if r["strategy"] == strategy and r["backend"] == backend]
+            out.setdefault(strategy, {})[backend] = {
+                "compile_s_median": statistics.median(r["compile_s"] for r in sel),
+                "step_ms_median": statistics.median(r["step_ms"] for r in sel),
+                "eager_step_ms_median": statistics.median(r["eager_step_ms"] for r in sel),
+                "fake_impl_us_median": statistics.median(r["fake_impl_us"] for r in sel),
+                "frames_max": max(r["frames"] for r in sel),
+                "graphs_max": max(r["graphs"] for r in sel),
+                "graph_breaks_total": sum(r["graph_breaks"] for r in sel),
+                "n": len(sel),
+            }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=2, metavar=("STRATEGY", "BACKEND"), help=argparse.SUPPRESS)
+    parser.add_argument("--backends", nargs="+", default=["aot_eager", "inductor"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_child(*args.child)))
+        return
+
+    import torch
+    from tqdm import tqdm
+
+    from tetrt_support.quant.fake_impls import FAKE_IMPLS
+    from tetrt_support.quant.fake_impls.measure import strategy_code_lines
+
+    jobs = []
+    for repeat in range(args.repeats):
+        order = FAKE_IMPLS if repeat % 2 == 0 else tuple(reversed(FAKE_IMPLS))
+        jobs += [(s, b, repeat) for b in args.backends for s in order]
+    rows = []
+    started = time.perf_counter()
+    for strategy, backend, repeat in tqdm(jobs, desc="fake_impls", unit="run"):
+        rows += [dict(r, repeat=repeat) for r in _run_child(strategy, backend)]
+    result = {
+        "benchmark": "fake_impls",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "loadavg_at_end": list(os.getloadavg()), "threads_per_run": 1,
+            "cuda": torch.cuda.is_available(),
+        },
+        "versions": {"python": platform.python_version(), "torch": torch.__version__},
+        "config": {"mlp_sizes": list(SIZES), "batch": BATCH, "steps": STEPS, "repeats": args.repeats,
+                   "backends": args.backends, "fake_impl_calls": FAKE_CALLS, "device": "cpu"},
+        "code_lines": strategy_code_lines(),
+        "summary": _summary(rows),
+        "rows": rows,
+        "wall_s": time.perf_counter() - started,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({"code_lines": result["code_lines"], "summary": result["summary"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The one benchmark entry point: lowering time, RoPE run time and bandwidth, quantized Linear.
+
+    python -m benchmarks.perf --device cpu                 # -> benchmarks/results/perf_cpu.json
+    python -m benchmarks.perf --device cuda                # -> benchmarks/results/perf_cuda.json
+    python -m benchmarks.perf --device cpu --suites rope --quick
+
+Suites:
+- ``lowering``: lowering time against graph size (tiny HF Llama 4, 2..32 layers) for the
+  "rewrite" and "retrace" strategies and torch's ``decompose_complex_in_graph``
+  (shared with ``benchmarks/lowering.py``). Host work: run it on the CPU machine.
+- ``rope``: Llama RoPE on q and k, and the RoPE attention block: complex eager, complex
+  compiled, lowered eager, lowered compiled (both strategies), a hand-written real version
+  eager and compiled, and a clone of the same bytes (the practical roofline).
+- ``linear``: the quantized Linear (FP8 current scaling, MXFP8, NVFP4; emulated where the
+  hardware lacks the format) forward and forward+backward against bf16, and FP8 forward
+  against raw ``torch._scaled_mm`` on already-quantized operands.
+
+Results hold the machine, versions and shapes. A script, not a test: nothing here asserts,
+and figures from a shared machine are only comparable within one run (quote ratios).
+Runs on torch 2.11 (the H200 box) as well as 2.14.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-perf-inductor-"))
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from tetrt_support import zoo  # noqa: E402
+from tetrt_support.complex import analysis  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+# --------------------------------------------------------------------------------------
+# Machine and timing
+# --------------------------------------------------------------------------------------
+
+
+def machine(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "when_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "device": device,
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    multiprocessors=props.multi_processor_count, cuda_runtime=torch.version.cuda)
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+        except ImportError:
+            pass
+    return info
+
+
+def time_fn(fn: Callable[[], Any], device: str, iters: int, warmup: int = 3) -> float:
+    """Median seconds per call (CUDA events on a GPU, perf_counter on the CPU)."""
+    for _ in range(warmup):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _error(e: BaseException) -> dict[str, str]:
+    return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+
+
+# --------------------------------------------------------------------------------------
+# RoPE
+# --------------------------------------------------------------------------------------
+
+
+def real_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Hand-written real RoPE on interleaved pairs (what a lowering should be able to match)."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    xr, xi = pairs[..., 0], pairs[..., 1]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.stack((xr * c - xi * s, xr * s + xi * c), dim=-1).flatten(3).type_as(x)
+
+
+def _lowered(program: torch.export.ExportedProgram, strategy: str) -> torch.nn.Module:
+    from tetrt_support.complex import lower
+
+    return lower(program, strategy=strategy)
+
+
+def bench_rope(device: str, shape: list[int], iters: int) -> dict[str, Any]:
+    batch, seq, heads, head_dim = shape
+    rope = zoo.ComplexRoPE(head_dim=head_dim, max_seq_len=seq).eval().to(device)
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k = (torch.randn(batch, seq, heads, head_dim, generator=g, device=device) for _ in range(2))
+    freqs = rope.freqs_cis[:seq]
+    cos, sin = freqs.real.contiguous(), freqs.imag.contiguous()
+    with torch.no_grad():
+        reference = rope(q, k)
+    variants: dict[str, Callable[[], Any]] = {
+        "clone": lambda: (q.clone(), k.clone()),
+        "complex_eager": lambda: rope(q, k),
+        "complex_compiled": lambda c=torch.compile(rope): c(q, k),
+        "real_handwritten_eager": lambda: (real_rope(q, cos, sin), real_rope(k, cos, sin)),
+        "real_handwritten_compiled": lambda c=torch.compile(real_rope): (c(q, cos, sin), c(k, cos, sin)),
+    }
+    results: dict[str, Any] = {}
+    try:
+        program = torch.export.export(rope, (q, k), strict=False)
+        for strategy in ("rewrite", "retrace"):
+            try:
+                gm = _lowered(program, strategy)
+                variants[f"lowered_{strategy}_eager"] = lambda gm=gm: gm(q, k)
+                variants[f"lowered_{strategy}_compiled"] = lambda c=torch.compile(gm): c(q, k)
+            except Exception as e:  # noqa: BLE001 - record, keep measuring the rest
+                results[f"lowered_{strategy}"] = _error(e)
+    except Exception as e:  # noqa: BLE001
+        results["export"] = _error(e)
+    nbytes = 2 * 2 * q.numel() * q.element_size()  # read q and k, write two outputs
+    for name, fn in tqdm(variants.items(), desc=f"rope {device}", unit="variant"):
+        try:
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                out = fn()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                first = time.perf_counter() - t0
+                seconds = time_fn(fn, device, iters)
+            entry = {"median_s": seconds, "first_call_s": first, "bandwidth_GBps": nbytes / seconds / 1e9}
+            if name != "clone":
+                entry["max_abs_error_vs_complex_eager"] = analysis.max_abs_error(reference, out)
+            results[name] = entry
+        except Exception as e:  # noqa: BLE001
+            results[name] = _error(e)
+    clone_bw = results.get("clone", {}).get("bandwidth_GBps")
+    if clone_bw:
+        for entry in results.values():
+            if "bandwidth_GBps" in entry:
+                entry["fraction_of_clone_bandwidth"] = entry["bandwidth_GBps"] / clone_bw
+    return {"shape_q_k": shape, "dtype": "float32", "bytes_moved": nbytes, "iters": iters, "variants": results}
+
+
+def bench_attention(device: str, batch: int, seq: int, hidden: int, heads: int, iters: int) -> dict[str, Any]:
+    model = zoo.ComplexRoPEAttention(hidden=hidden, heads=heads, max_seq_len=seq).eval().to(device)
+    x = torch.randn(batch, seq, hidden, device=device, generator=torch.Generator(device=device).manual_seed(0))
+    with torch.no_grad():
+        reference = model(x)
+    variants: dict[str, Callable[[], Any]] = {
+        "complex_eager": lambda: model(x),
+        "complex_compiled": lambda c=torch.compile(model): c(x),
+    }
+    results: dict[str, Any] = {}
+    try:
+        program = torch.export.export(model, (x,), strict=False)
+        for strategy in ("rewrite", "retrace"):
+            try:
+                gm = _lowered(program, strategy)
+                variants[f"lowered_{strategy}_eager"] = lambda gm=gm: gm(x)
+                variants[f"lowered_{strategy}_compiled"] = lambda c=torch.compile(gm): c(x)
+            except Exception as e:  # noqa: BLE001
+                results[f"lowered_{strategy}"] = _error(e)
+    except Exception as e:  # noqa: BLE001
+        results["export"] = _error(e)
+    for name, fn in tqdm(variants.items(), desc=f"attention {device}", unit="variant"):
+        try:
+            with torch.no_grad():
+                out = fn()
+                seconds = time_fn(fn, device, iters)
+            results[name] = {"median_s": seconds, "max_abs_error_vs_complex_eager": analysis.max_abs_error(reference, out)}
+        except Exception as e:  # noqa: BLE001
+            results[name] = _error(e)
+    base = results.get("complex_eager", {}).get("median_s")
+    for entry in results.values():
+        if base and "median_s" in entry:
+            entry["relative_to_complex_eager"] = entry["median_s"] / base
+    return {"batch": batch, "seq": seq, "hidden": hidden, "heads": heads, "dtype": "float32", "iters": iters, "variants": results}

@@ -1,0 +1,172 @@
+"""The cases of the Torch-TensorRT review this project reproduces, on the final compiler.
+
+Each model is small and exported once; compiled modules are shared within the module.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import tetrt_support
+from compile_cases import DC, NT, assert_same_outputs
+
+
+class Eig(torch.nn.Module):
+    """``torch.linalg.eig`` has no complex rule: it runs complex in a fallback block."""
+
+    def forward(self, x: torch.Tensor):
+        return torch.linalg.eig(x + 1)
+
+
+class Eigvals(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.eigvals(x + 1)
+
+
+class CumsumBetween(torch.nn.Module):
+    """complex multiply (engine) -> complex cumsum (no rule: fallback) -> complex multiply (engine)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        z = torch.view_as_complex(x) * torch.view_as_complex(y)
+        c = torch.cumsum(z, dim=1)
+        return {"out": torch.view_as_real(c * torch.view_as_complex(y)), "norm": c.abs()}
+
+
+class Interior(torch.nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        z = torch.view_as_real(torch.view_as_complex(x) * torch.view_as_complex(y))
+        return {"tensor": lambda: z, "namedtuple": lambda: NT(z, z * 2), "dataclass": lambda: DC(z, z * 2)}[self.kind]()
+
+
+def _pairs(seed: int = 0, batch: int = 2, seq: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, seq, 4, 2, generator=g), torch.randn(batch, seq, 4, 2, generator=g)
+
+
+@functools.cache
+def _compiled(name: str, strategy: str, backend: str = "onnxruntime"):
+    model, args = {
+        "eig": (Eig(), (torch.randn(4, 4, generator=torch.Generator().manual_seed(0)),)),
+        "eigvals": (Eigvals(), (torch.randn(4, 4, generator=torch.Generator().manual_seed(0)),)),
+        "cumsum": (CumsumBetween(), _pairs()),
+        "interior-tensor": (Interior("tensor"), _pairs()),
+        "interior-namedtuple": (Interior("namedtuple"), _pairs()),
+        "interior-dataclass": (Interior("dataclass"), _pairs()),
+    }[name]
+    ep = torch.export.export(model, args, strict=False)
+    return model, tetrt_support.compile(ep, backend=backend, strategy=strategy)
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "retrace"])
+@pytest.mark.parametrize("kind", ["tensor", "namedtuple", "dataclass"])
+def test_interior_complex_region_keeps_its_output_structure(kind: str, strategy: str) -> None:
+    model, module = _compiled(f"interior-{kind}", strategy)
+    x, y = _pairs(seed=3)
+    for out in (module(x, y), module(x=x, y=y), module(x, y=y)):
+        assert_same_outputs(model(x, y), out)
+    assert module.blocks_summary() == "1 engine block, 0 fallback blocks"
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "retrace"])
+def test_eig_outputs_stay_complex_and_are_not_wrapped_twice(strategy: str) -> None:
+    model, module = _compiled("eig", strategy)
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(5))
+    out = module(x=x)
+    assert type(out).__name__ == "torch.return_types.linalg_eig" or isinstance(out, tuple)
+    assert [t.dtype for t in out] == [torch.complex64, torch.complex64]
+    assert_same_outputs(tuple(model(x)), tuple(out), atol=1e-4)
+    kinds = [b.kind for b in module.blocks()]
+    assert kinds == ["engine", "fallback"], module.blocks()
+    assert any("linalg_eig" in op for op in module.blocks()[1].ops)
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "retrace"])
+def test_single_complex_output_of_a_fallback_block(strategy: str) -> None:
+    model, module = _compiled("eigvals", strategy)
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(5))
+    assert_same_outputs(model(x), module(x), atol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "retrace"])
+def test_fallback_op_between_two_engine_blocks(strategy: str) -> None:
+    model, module = _compiled("cumsum", strategy)
+    x, y = _pairs(seed=4)
+    assert_same_outputs(model(x, y), module(x, y=y))
+    assert [b.kind for b in module.blocks()] == ["engine", "fallback", "engine"], module.blocks()
+    assert module.blocks_summary() == "2 engine blocks, 1 fallback block"
+    assert any("cumsum" in op for op in module.blocks()[1].ops)
+
+
+def test_block_summary_of_a_compiled_module_is_structured() -> None:
+    _, module = _compiled("cumsum", "rewrite")
+    first = module.blocks()[0]
+    assert first.name == "engine_0" and first.runner == "OnnxRuntimeBlock"
+    assert any(op.startswith("aten.mul") for op in first.ops)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+class ComplexIn(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * torch.view_as_complex(y)
+
+
+@functools.cache
+def _complex_in():
+    x = torch.randn(2, 3, dtype=torch.complex64)
+    y = torch.randn(2, 3, 2)
+    ep = torch.export.export(ComplexIn(), (x, y), strict=False)
+    return ComplexIn(), tetrt_support.compile(ep, backend="eager"), (x, y)
+
+
+def test_misspelled_keyword_is_named() -> None:
+    model, module, (x, y) = _complex_in()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'yy'"):
+        module(x, yy=y)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'yy'"):
+        model(x, yy=y)  # the original module says the same
+
+
+def test_missing_keyword_is_named() -> None:
+    _, module, (x, _) = _complex_in()
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'y'"):
+        module(x=x)
+
+
+def test_extra_keyword_is_named() -> None:
+    _, module, (x, y) = _complex_in()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        module(x, y=y, z=y)
+    with pytest.raises(TypeError, match="got multiple values for argument 'x'"):
+        module(x, x=x, y=y)
+
+
+def test_real_tensor_for_a_complex_input_is_named() -> None:
+    _, module, (x, y) = _complex_in()
+    with pytest.raises(TypeError, match=r"input 'x' must be a complex tensor \(exported as torch.complex64\), "
+                       r"but got a real tensor of dtype torch.float32"):
+        module(x=torch.view_as_real(x), y=y)
+
+
+def test_complex_tensor_for_a_real_input_is_named() -> None:
+    _, module, (x, y) = _complex_in()
+    with pytest.raises(TypeError, match=r"input 'y' must be a real tensor \(exported as torch.float32\), "
+                       r"but got a complex tensor of dtype torch.complex64"):
+        module(x, torch.view_as_complex(y))
+
+
+def test_unknown_backend_and_strategy_are_named() -> None:
+    ep = torch.export.export(ComplexIn(), _complex_in()[2], strict=False)
+    with pytest.raises(ValueError, match="unknown backend 'trt'"):
+        tetrt_support.compile(ep, backend="trt")
+    with pytest.raises(ValueError, match="unknown strategy 'legacy'"):
+        tetrt_support.compile(ep, strategy="legacy")
+
+

@@ -1,0 +1,239 @@
+"""Notebook 01's measurements: histograms, complex-node tables, strategy comparison, RoPE plot data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.fx as fx
+
+from tetrt_support import zoo
+from tetrt_support.complex import analysis
+
+
+@pytest.fixture(scope="module")
+def rope_export() -> zoo.ZooExport:
+    return zoo.export_model("complex_rope")
+
+
+def test_op_histogram_counts_call_functions_by_op(rope_export: zoo.ZooExport) -> None:
+    hist = analysis.op_histogram(rope_export.program)
+    assert hist["aten.view_as_complex.default"] == 2
+    assert hist["aten.view_as_real.default"] == 2
+    assert hist["aten.mul.Tensor"] == 2
+    assert sum(hist.values()) == sum(1 for n in rope_export.program.graph.nodes if n.op == "call_function")
+    # The same from the GraphModule and from the bare Graph.
+    assert analysis.op_histogram(rope_export.program.graph_module) == hist
+    assert analysis.op_histogram(rope_export.program.graph) == hist
+    with pytest.raises(TypeError, match="expected an ExportedProgram, fx.GraphModule or fx.Graph, got int"):
+        analysis.op_histogram(3)
+
+
+def test_complex_node_rows_list_the_buffer_and_every_complex_op(rope_export: zoo.ZooExport) -> None:
+    rows = analysis.complex_node_rows(rope_export.program)
+    ops = [r.op for r in rows]
+    assert rows[0].op == "placeholder" and rows[0].dtype == "complex64" and rows[0].shape == "[64, 8]"
+    assert ops.count("aten.view_as_complex.default") == 2 and ops.count("aten.view_as_real.default") == 2
+    # view_as_real reads a complex value but produces a real one.
+    real_rows = [r for r in rows if r.op == "aten.view_as_real.default"]
+    assert all(r.dtype == "float32" and r.shape == "[2, 8, 4, 8, 2]" for r in real_rows)
+    assert len(analysis.complex_valued_nodes(rope_export.program)) == len(rows) - 2
+
+
+def test_llama4_has_sixteen_complex_valued_nodes() -> None:
+    program, _, _ = zoo.export_model("llama4")
+    valued = analysis.complex_valued_nodes(program)
+    assert len(valued) == 16  # DESIGN.md §3
+    assert {analysis.op_name(n) for n in valued} == {
+        "aten.polar.default",
+        "aten.mul.Tensor",
+        "aten.to.dtype_layout",
+        "aten.view_as_complex.default",
+        "aten.unsqueeze.default",
+    }
+
+
+def test_format_table_aligns_columns_and_rejects_ragged_rows() -> None:
+    text = analysis.format_table([("a", 1, 0.5), ("long name", 22, ("x", "y"))], ["name", "n", "v"])
+    assert text.splitlines() == [
+        "name       n   v",
+        "---------  --  ----",
+        "a          1   0.5",
+        "long name  22  x, y",
+    ]
+    with pytest.raises(ValueError, match=r"row \('a',\) has 1 cells but there are 2 headers"):
+        analysis.format_table([("a",)], ["x", "y"])
+
+
+def test_histogram_rows_put_histograms_side_by_side() -> None:
+    rows = analysis.histogram_rows({"before": {"mul": 2, "add": 1}, "after": {"mul": 8}})
+    assert rows == [("add", 1, 0), ("mul", 2, 8)]
+    assert analysis.histogram_rows({"a": {"x": 1}}, ops=["y", "x"]) == [("y", 0), ("x", 1)]
+
+
+def test_max_abs_error_compares_pytrees_and_refuses_mismatched_structure() -> None:
+    a = {"x": torch.tensor([1.0, 2.0]), "z": torch.tensor([1 + 1j], dtype=torch.complex64)}
+    b = {"x": torch.tensor([1.0, 2.5]), "z": torch.tensor([1 + 3j], dtype=torch.complex64)}
+    assert analysis.max_abs_error(a, b) == 2.0
+    with pytest.raises(ValueError, match="expected 2 tensor outputs, got 1"):
+        analysis.max_abs_error(a, [torch.zeros(2)])
+    with pytest.raises(ValueError, match=r"output 0: expected complex \[1\], got real \[1, 2\]"):
+        analysis.max_abs_error(torch.zeros(1, dtype=torch.complex64), torch.zeros(1, 2))
+
+
+@pytest.mark.skipif(not analysis.torch_decompose_available(), reason="decompose_complex_in_graph ships with torch >= 2.14")
+@pytest.mark.parametrize("name", ["complex_rope", "llama4"])
+def test_torch_decompose_complex_runs_on_exported_programs(name: str) -> None:
+    model = zoo.build_model(name)
+    program, args, kwargs = zoo.export_model(name, model=model)
+    gm = analysis.torch_decompose_complex(program, args, kwargs)
+    flat = torch.utils._pytree.tree_leaves((args, kwargs))
+    with torch.no_grad():
+        want, got = model(*args, **kwargs), gm(*flat)
+    assert analysis.max_abs_error(want, got) < 1e-5
+    # It keeps view_as_complex (and, for Llama 4, polar) nodes: the result is not complex-free.
+    assert "aten.view_as_complex.default" in {analysis.op_name(n) for n in analysis.complex_valued_nodes(gm)}
+
+
+def _identity_lowering(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> fx.GraphModule:
+    return program.module()
+
+
+def _broken_lowering(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> fx.GraphModule:
+    gm = program.module()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.mul.Tensor:
+            node.target = torch.ops.aten.add.Tensor
+    gm.recompile()
+    return gm
+
+
+def test_compare_strategies_reports_counts_leftovers_and_errors(rope_export: zoo.ZooExport) -> None:
+    program, args, kwargs = rope_export
+    strategies = [analysis.Strategy("identity", _identity_lowering), analysis.Strategy("broken", _broken_lowering)]
+    identity, broken = analysis.compare_strategies(program, args, kwargs, strategies, repeats=2)
+    assert identity.nodes == sum(analysis.op_histogram(program).values())
+    assert identity.max_abs_error == 0.0 and identity.new_ops == ()
+    assert "aten.view_as_complex.default" in identity.left_behind and identity.keeps_signature
+    assert identity.seconds >= 0.0
+    assert broken.max_abs_error > 0.1 and "aten.add.Tensor" in broken.new_ops
+    rows, headers = analysis.strategy_rows(program, [identity, broken])
+    assert headers[0] == "graph" and [r[0] for r in rows] == ["exported", "identity", "broken"]
+    assert rows[1][-1] is True and rows[2][-1] is False
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        analysis.compare_strategies(program, args, kwargs, strategies, repeats=0)
+
+
+def test_rope_rotation_traces_are_unit_circles_at_the_rope_frequencies() -> None:
+    rope = zoo.ComplexRoPE(head_dim=16, max_seq_len=32)
+    traces = analysis.rope_rotation_traces(rope, pairs=[0, 3, 7], positions=32)
+    inv = zoo.rope_inverse_frequencies(16)
+    for t in traces:
+        torch.testing.assert_close(t.x**2 + t.y**2, torch.ones(32))
+        assert math.isclose(t.frequency, float(inv[t.pair]), rel_tol=1e-5)
+        angle = torch.atan2(t.y, t.x)
+        want = torch.remainder(t.positions * inv[t.pair] + torch.pi, 2 * torch.pi) - torch.pi
+        torch.testing.assert_close(torch.cos(angle - want), torch.ones(32))
+    with pytest.raises(ValueError, match=r"pairs \[8\] out of range: head_dim=16 has pairs 0..7"):
+        analysis.rope_rotation_traces(rope, pairs=[8], positions=4)
+
+
+def test_attention_scores_depend_only_on_the_offset() -> None:
+    assert analysis.relative_position_invariance(zoo.ComplexRoPE(), positions=24) < 1e-4
+    # Without rotation (identity "RoPE") the spread is 0 too; with a position-dependent
+    # scale it is not: the check can fail.
+    class Scaled(torch.nn.Module):
+        head_dim = 16
+
+        def forward(self, q, k):
+            s = torch.arange(1, q.shape[1] + 1.0)[None, :, None, None]
+            return q * s, k
+
+    assert analysis.relative_position_invariance(Scaled(), positions=8) > 1.0
+
+
+def test_rule_table_rows_group_ops_by_rule() -> None:
+    def twice(ctx, self):  # noqa: ANN001, ANN202 - a stand-in rule, only its name matters
+        return self
+
+    rules = {torch.ops.aten.mul.Tensor: twice, torch.ops.aten.mul.Scalar: twice, torch.ops.aten.neg.default: abs}
+    assert analysis.rule_table_rows(rules) == [("twice", "mul.Tensor, mul.Scalar"), ("abs", "neg")]
+
+
+def test_lowered_aten_lines_show_a_complex_multiply_as_real_arithmetic() -> None:
+    from tetrt_support.complex import lower
+
+    def complex_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.view_as_real(torch.view_as_complex(x) * torch.view_as_complex(y))
+
+    program = analysis.one_op_program(complex_mul, torch.randn(2, 3, 2), torch.randn(2, 3, 2))
+    assert analysis.lowered_aten_lines(program.module()) == [
+        "view_as_complex = torch.ops.aten.view_as_complex.default(args_0)",
+        "view_as_complex_1 = torch.ops.aten.view_as_complex.default(args_1)",
+        "mul = torch.ops.aten.mul.Tensor(view_as_complex, view_as_complex_1)",
+        "view_as_real = torch.ops.aten.view_as_real.default(mul)",
+        "return pytree.tree_unflatten((view_as_real,), self._out_spec)",
+    ]
+    lines = analysis.lowered_aten_lines(lower(program, strategy="rewrite"))
+    assert lines[-1].startswith("return")
+    assert all("complex" not in line for line in lines)
+    assert sum("aten.mul.Tensor" in line for line in lines) == 4  # (ar*br - ai*bi, ar*bi + ai*br)
+
+
+def _fake_results(tmp_path, rewrite=(1.0, 2.0), retrace=(2.0, 4.0), torch_s=(4.0, 8.0)):  # noqa: ANN001, ANN202
+    import json
+
+    rows = [
+        {"layers": n, "strategies": {"rewrite": {"median_s": a}, "retrace": {"median_s": b}, "decompose_complex_in_graph": {"median_s": c}}}
+        for n, a, b, c in zip((2, 4), rewrite, retrace, torch_s)
+    ]
+    results = {
+        "machine": {"platform": "Linux-test", "torch": "2.14.1", "cpu_count": 2},
+        "lowering_time": {
+            "rows": rows,
+            "linear_fit": {"rewrite": {"seconds_per_layer": 0.5, "intercept_s": 0.0, "r2": 1.0}},
+            "rewrite_over_decompose": [{"layers": 2, "rewrite_over_decompose": 0.25}, {"layers": 4, "rewrite_over_decompose": 0.25}],
+            "target": "rewrite <= 0.5 x decompose_complex_in_graph at every size",
+            "target_met": True,
+        },
+        "rope_runtime_cpu": {"shape_q_k": [1, 2, 3, 4], "variants": {"complex_eager": {"median_s": 1.0, "relative_to_complex_eager": 1.0}}},
+    }
+    path = tmp_path / "lowering.json"
+    path.write_text(json.dumps(results))
+    return path
+
+
+def test_stored_benchmark_results_become_curves_and_stable_claims(tmp_path) -> None:  # noqa: ANN001
+    results = analysis.load_lowering_results(_fake_results(tmp_path))
+    assert analysis.lowering_curves(results)["retrace"] == ([2, 4], [2.0, 4.0])
+    claims = analysis.lowering_claims(results)
+    assert "rewrite: 500.0 ms per layer, linear fit R^2 = 1.000" in claims
+    assert "rewrite faster than retrace at every size: True" in claims
+    assert " 4 layers: rewrite / decompose_complex_in_graph = 0.25" in claims
+    assert claims[-1] == "RoPE [1, 2, 3, 4] complex_eager: 1.00x complex eager time"
+    slower = analysis.load_lowering_results(_fake_results(tmp_path, rewrite=(1.0, 5.0)))
+    assert "rewrite faster than retrace at every size: False" in analysis.lowering_claims(slower)
+
+
+def test_missing_or_foreign_results_files_are_named(tmp_path) -> None:  # noqa: ANN001
+    with pytest.raises(FileNotFoundError, match="run `python benchmarks/lowering.py`"):
+        analysis.load_lowering_results(tmp_path / "nope.json")
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ValueError, match="has no 'machine' section"):
+        analysis.load_lowering_results(tmp_path / "other.json")
+
+
+@pytest.mark.parametrize("name", ["complex_rope", "rope_attention", "llama4"])
+def test_both_tetrt_strategies_leave_no_complex_node_and_match_eager(name: str) -> None:
+    from tetrt_support.complex import lower
+
+    model = zoo.build_model(name)
+    program, args, kwargs = zoo.export_model(name, model=model)
+    with torch.no_grad():
+        reference = model(*args, **kwargs)
+    strategies = [analysis.Strategy(s, lambda ep, a, k, s=s: lower(ep, strategy=s)) for s in ("rewrite", "retrace")]
+    for report in analysis.compare_strategies(program, args, kwargs, strategies, reference=reference):
+        assert report.complex_valued == 0 and report.left_behind == ()
+        assert report.max_abs_error < 1e-5, report.strategy
+        assert "aten.view_as_complex.default" not in analysis.op_histogram(report.graph)

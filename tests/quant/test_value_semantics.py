@@ -1,0 +1,186 @@
+"""Opt-in value identity: eq/hash/__fx_repr__, rebuild without __init__, the ProcessGroup guard."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import warnings
+
+import pytest
+import torch
+
+import tetrt_support.quant as quant
+from tetrt_support.quant import (
+    VALUE_QUANTIZERS,
+    Float8BlockQuantizer,
+    Float8CurrentScalingQuantizer,
+    Float8Quantizer,
+    MXFP8Quantizer,
+    NVFP4Quantizer,
+    Quantizer,
+    is_value_opaque_quantizer,
+    register_value_opaque_quantizer,
+)
+from tetrt_support.quant import opaque
+from tetrt_support.quant.distributed import single_process_group
+
+VALUE_CASES = [
+    Float8CurrentScalingQuantizer(),
+    Float8CurrentScalingQuantizer(torch.float8_e5m2, force_pow_2_scales=True, columnwise_usage=True),
+    Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True),
+    MXFP8Quantizer(columnwise_usage=True),
+    NVFP4Quantizer(),
+    NVFP4Quantizer(with_rht=True, rht_sign_mask=0x1234, columnwise_usage=True),
+]
+
+
+def _rebuild(q: Quantizer) -> Quantizer:
+    expr, globals_ = q.__fx_repr__()
+    return eval(expr, {"torch": torch, **globals_})  # what FX-generated code does
+
+
+@pytest.mark.parametrize("q", VALUE_CASES, ids=repr)
+def test_fx_repr_round_trip_quantizes_bit_exactly(q: Quantizer) -> None:
+    rebuilt = _rebuild(q)
+    assert type(rebuilt) is type(q) and rebuilt == q and hash(rebuilt) == hash(q) and rebuilt is not q
+    x = torch.randn(32, 64) * 3
+    a, b = q.quantize(x), rebuilt.quantize(x)
+    for name, buf in a.inner_buffers().items():
+        assert torch.equal(buf.view(torch.uint8), getattr(b, name).view(torch.uint8)), name  # bit-exact
+
+
+def test_rebuild_bypasses_init_and_rebuilds_derived_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    q = NVFP4Quantizer(with_rht=True, rht_sign_mask=0x00FF)
+
+    def no_init(self, *args, **kwargs):
+        raise AssertionError("__init__ must not run when FX code rebuilds a quantizer")
+
+    monkeypatch.setattr(NVFP4Quantizer, "__init__", no_init)
+    rebuilt = _rebuild(q)
+    assert torch.equal(rebuilt.rht_matrix, q.rht_matrix) and rebuilt.rht_matrix is not q.rht_matrix
+
+
+def test_fx_repr_has_no_registry_and_no_derived_matrix() -> None:
+    expr, globals_ = NVFP4Quantizer(with_rht=True).__fx_repr__()
+    assert NVFP4Quantizer in globals_.values()  # the class itself travels in the globals
+    assert "rht_matrix" not in expr and "rht_sign_mask" in expr
+    assert not any(isinstance(v, torch.Tensor) for v in globals_.values())
+
+
+def test_equal_values_equal_hash_different_values_differ() -> None:
+    assert MXFP8Quantizer() == MXFP8Quantizer() and hash(MXFP8Quantizer()) == hash(MXFP8Quantizer())
+    assert MXFP8Quantizer() != MXFP8Quantizer(torch.float8_e5m2)
+    assert MXFP8Quantizer() != MXFP8Quantizer(columnwise_usage=True)
+    assert NVFP4Quantizer(with_rht=True) != NVFP4Quantizer(with_rht=True, rht_sign_mask=1)
+    assert MXFP8Quantizer() != Float8BlockQuantizer()  # different classes never compare equal
+    assert len({MXFP8Quantizer(), MXFP8Quantizer(), MXFP8Quantizer().copy()}) == 1
+
+
+def test_derived_state_is_not_part_of_the_value() -> None:
+    a, b = NVFP4Quantizer(with_rht=True), NVFP4Quantizer(with_rht=True)
+    b._derived_rht_matrix = b._derived_rht_matrix * 0  # corrupt the derived matrix only
+    assert a == b and hash(a) == hash(b)
+    assert torch.equal(b.copy().rht_matrix, a.rht_matrix)  # copy() rebuilds it from the mask
+
+
+def test_copy_is_equal_but_independent() -> None:
+    q = MXFP8Quantizer()
+    c = q.copy()
+    c.set_usage(columnwise=True)
+    assert q.columnwise_usage is False and c != q
+
+
+def test_delayed_scaling_keeps_identity_semantics() -> None:
+    a, b = Float8Quantizer(), Float8Quantizer()
+    assert a != b and a == a and hash(a) != hash(b)
+    with pytest.raises(TypeError, match="Float8Quantizer has identity semantics"):
+        a._value_key()
+    with pytest.raises(TypeError, match="identity semantics"):
+        register_value_opaque_quantizer(Float8Quantizer)
+    assert not is_value_opaque_quantizer(a)
+
+
+def test_registered_value_quantizers_are_flagged() -> None:
+    for cls in VALUE_QUANTIZERS:
+        assert is_value_opaque_quantizer(cls()) and cls._tetrt_value_opaque is True
+    assert quant.opaque_api_available()
+    from torch._library.opaque_object import is_opaque_constant_type
+
+    assert all(is_opaque_constant_type(cls) for cls in VALUE_QUANTIZERS)
+    assert not is_opaque_constant_type(Float8Quantizer)
+
+
+def test_held_process_group_raises_type_error_from_value_key() -> None:
+    with single_process_group() as group:
+        q = Float8CurrentScalingQuantizer(amax_reduction_group=group)
+        for use in (lambda: q == Float8CurrentScalingQuantizer(), lambda: hash(q), q.__fx_repr__, q._value_key):
+            with pytest.raises(TypeError, match="amax_reduction_group holds a torch.distributed.ProcessGroup"):
+                use()
+        other = MXFP8Quantizer()
+        other.groups = (None, group)  # any field, nested too
+        with pytest.raises(TypeError, match="MXFP8Quantizer.groups holds a torch.distributed.ProcessGroup"):
+            hash(other)
+
+
+def test_unsupported_value_field_type_is_named() -> None:
+    class WithListField(MXFP8Quantizer):
+        _format_fields = ("fp8_dtype", "sizes")
+
+    q = WithListField()
+    q.sizes = [1, 2]  # a list has no literal, hashable form
+    with pytest.raises(TypeError, match="value field 'sizes' holds a list"):
+        q.__fx_repr__()
+
+
+def test_registration_without_the_api_warns_once_and_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(opaque, "_registration_api", lambda: None)
+    monkeypatch.setattr(opaque, "_warned_missing_api", False)
+
+    class A(MXFP8Quantizer):
+        pass
+
+    class B(MXFP8Quantizer):
+        pass
+
+    # Subclasses inherit the parent's flag; a fresh class unregistered on this torch is False.
+    A._tetrt_value_opaque = False
+    B._tetrt_value_opaque = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert register_value_opaque_quantizer(A) is A
+        assert register_value_opaque_quantizer(B) is B
+    assert len(caught) == 1 and "has no opaque-object API" in str(caught[0].message)
+    assert not is_value_opaque_quantizer(A()) and not is_value_opaque_quantizer(B())
+
+
+def test_no_staticmethod_is_called_through_an_instance() -> None:
+    """Dynamo's guards crash on ``self.some_staticmethod()`` of a value-opaque object: none here."""
+    package = pathlib.Path(quant.__file__).parent
+    offenders = []
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            static = {
+                f.name
+                for f in cls.body
+                if isinstance(f, ast.FunctionDef) and any(getattr(d, "id", None) == "staticmethod" for d in f.decorator_list)
+            }
+            if not static:
+                continue
+            for node in ast.walk(cls):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr in static
+                ):
+                    offenders.append(f"{path.name}:{node.lineno} self.{node.attr}")
+    assert offenders == []
+    quantizer_statics = [
+        name
+        for cls in (Quantizer, *VALUE_QUANTIZERS, Float8Quantizer)
+        for klass in cls.__mro__
+        for name, member in vars(klass).items()
+        if isinstance(member, staticmethod) and klass is not object
+    ]
+    assert quantizer_statics == []  # quantizers define no staticmethods at all

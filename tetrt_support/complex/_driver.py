@@ -1,0 +1,113 @@
+"""Lower ONE complex node with the shared rule table; used by both strategies.
+
+The strategies differ only in what a value is (a tensor under ``make_fx``, or a
+``torch.fx.Proxy`` bound to the graph being rewritten) and in how a node's inputs are
+looked up; this module is the part they share: find the rule, bind the arguments, call
+it, or build the complex island / raise :class:`UnsupportedComplexOp`.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Literal
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from tetrt_support.complex.detect import is_complex_value
+from tetrt_support.complex.errors import UnsupportedComplexOp, user_source_line
+from tetrt_support.complex.rules import RULES, RuleContext, bind_arguments, real_dtype
+
+aten = torch.ops.aten
+
+Unsupported = Literal["raise", "fallback"]
+
+# torch.export's input-guard submodule: it checks the sizes of the inputs, which keep
+# their leading dims when packed, so both strategies leave it alone.
+GUARDS_FN = "_guards_fn"
+
+
+def is_guards_call(node: fx.Node) -> bool:
+    return node.op == "call_module" and node.target == GUARDS_FN
+
+
+def lower_node(
+    node: fx.Node,
+    lookup: Callable[[fx.Node], Any],
+    original: dict[fx.Node, Any],
+    unsupported: Unsupported,
+) -> Any:
+    """The packed result of ``node``. ``lookup`` gives the packed value of an input node,
+    ``original`` the ORIGINAL (complex) meta value of every node of the graph."""
+    if node.op != "call_function":
+        return _unsupported(node, unsupported, lookup, original)
+    target = node.target
+    if target is operator.getitem:
+        return lookup(node.args[0])[node.args[1]]
+    rule = RULES.get(target)
+    if rule is None:
+        return _unsupported(node, unsupported, lookup, original)
+    args = fx.node.map_arg(node.args, lookup)
+    kwargs = fx.node.map_arg(node.kwargs, lookup)
+    arg_vals = fx.node.map_arg(node.args, lambda n: original[n])
+    kwarg_vals = fx.node.map_arg(node.kwargs, lambda n: original[n])
+    ctx = RuleContext(node, bind_arguments(target, arg_vals, kwarg_vals), original[node])
+    return rule(ctx, **bind_arguments(target, args, kwargs))
+
+
+def _unsupported(
+    node: fx.Node, mode: Unsupported, lookup: Callable[[fx.Node], Any], original: dict[fx.Node, Any]
+) -> Any:
+    if mode == "raise" or node.op != "call_function":
+        raise UnsupportedComplexOp(node.target, node.name, user_source_line(node))
+    return complex_island(node, lookup, original)
+
+
+def complex_island(node: fx.Node, lookup: Callable[[fx.Node], Any], original: dict[fx.Node, Any]) -> Any:
+    """Keep an op with no rule as complex: ``view_as_complex`` on each packed input, the
+    op itself, ``view_as_real`` on each complex result (through ``getitem`` for a
+    multi-output op). A later partitioner can put the island into a PyTorch block."""
+
+    def unpack(n: fx.Node) -> Any:
+        x = lookup(n)
+        v = original[n]
+        if isinstance(v, torch.Tensor) and v.is_complex():
+            return aten.view_as_complex.default(aten.contiguous.default(x))
+        return x
+
+    result = node.target(*fx.node.map_arg(node.args, unpack), **fx.node.map_arg(node.kwargs, unpack))
+    out = original[node]
+    if isinstance(out, torch.Tensor):
+        return aten.view_as_real.default(result) if out.is_complex() else result
+    if isinstance(out, (tuple, list)):
+        return [
+            aten.view_as_real.default(result[i]) if is_complex_value(o) else result[i]
+            for i, o in enumerate(out)
+        ]
+    return result
+
+
+def expected_packed(val: Any) -> tuple[torch.dtype, tuple] | None:
+    """(dtype, shape) the packed form of a tensor value must have; None for non-tensors."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    if val.is_complex():
+        return real_dtype(val.dtype), (*val.shape, 2)
+    return val.dtype, tuple(val.shape)
+
+
+def check_packed(node: fx.Node, got: torch.Tensor, want: tuple[torch.dtype, tuple]) -> bool:
+    """Raise if a rule's result provably has the wrong shape; return whether its dtype
+    differs from the wanted one (the caller casts: promotion corner cases such as a
+    0-dim float64 operand are easier to fix once than in every rule)."""
+    dtype, shape = want
+    mismatch = len(got.shape) != len(shape) or any(
+        statically_known_true(a != b) for a, b in zip(got.shape, shape)
+    )
+    if mismatch:
+        raise AssertionError(
+            f"complex lowering rule for {node.target} (node {node.name!r}) produced shape "
+            f"{tuple(got.shape)}, expected {shape}: a bug in tetrt_support.complex.rules"
+        )
+    return got.dtype != dtype

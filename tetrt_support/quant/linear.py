@@ -1,0 +1,94 @@
+"""A quantized Linear whose forward and backward are torch.library custom ops.
+
+The module holds a high-precision weight (the optimiser updates it) and three value
+quantizers chosen by ``recipe``; each call quantizes the input and the weight inside the
+forward op, runs the GEMM, and saves the quantized operands -- flattened into plain
+tensors -- for the backward op, which quantizes the output gradient and computes dgrad
+and wgrad. ``fake_impl`` picks how the ops' fake impls and the flat<->quantized
+conversions are written (:mod:`tetrt_support.quant.fake_impls`); both compile with
+``fullgraph=True`` on eager, aot_eager and inductor.
+
+Weight caching follows TransformerEngine's ``is_first_microbatch``: ``True`` quantizes
+the weight and keeps the quantized copy, ``False`` reuses it (the op then gets the
+cached buffers as inputs and, by the aliasing rule, does not return them), ``None``
+(default) quantizes every call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tetrt_support.quant.fake_impls import get_strategy
+from tetrt_support.quant.ops import linear_ops
+from tetrt_support.quant.recipes import get_recipe
+from tetrt_support.quant.tensors import QuantizedTensor
+
+
+class Linear(torch.nn.Module):
+    """``y = x @ W.T + b`` with quantized operands, as custom ops traceable by torch.compile."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = True,
+        recipe: str = "fp8_current",
+        fake_impl: str = "make_empty_traceable",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        quantizers = get_recipe(recipe).quantizers()  # raise on a bad name before allocating
+        self._strategy = get_strategy(fake_impl)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.recipe, self.fake_impl = recipe, fake_impl
+        factory = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, **factory))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, **factory)) if bias else None
+        self.input_quantizer, self.weight_quantizer, self.grad_quantizer = quantizers
+        self._ops = linear_ops(*(type(q) for q in quantizers), fake_impl)
+        self._weight_cache: QuantizedTensor | None = None
+        self._weight_template = self._make_weight_template()
+        self.reset_parameters()
+
+    def _make_weight_template(self) -> object:
+        # Built eagerly: rebuilding a quantized tensor inside a trace needs the strategy's
+        # description of it, and allocating one there (make_empty copies the quantizer)
+        # is not traceable. Rebuilt when .to()/.cuda() change the weight.
+        return self._strategy.fake_quantized(self.weight_quantizer, self.weight.shape, self.weight.dtype, "meta")
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        result = super()._apply(fn, recurse)
+        self._weight_template = self._make_weight_template()
+        self._weight_cache = None
+        return result
+
+    def reset_parameters(self) -> None:
+        """torch.nn.Linear's initialisation."""
+        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            torch.nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor, *, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"Linear: input's last dimension is {x.shape[-1]}, expected in_features={self.in_features}")
+        cache: list[torch.Tensor] = []
+        if is_first_microbatch is False:
+            if self._weight_cache is None:
+                raise RuntimeError("Linear: is_first_microbatch=False needs a cached weight; call once with True first")
+            cache = self._strategy.flat_buffers(self._weight_cache)
+        out, _, w_flat = self._ops.forward(
+            x.reshape(-1, self.in_features), self.weight, self.bias, cache,
+            self.input_quantizer, self.weight_quantizer, self.grad_quantizer,
+        )
+        if is_first_microbatch:
+            self._weight_cache = self._strategy.reassemble(self._weight_template, w_flat)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"recipe={self.recipe!r}, fake_impl={self.fake_impl!r}")
