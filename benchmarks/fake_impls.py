@@ -9,8 +9,10 @@ tiny MLP (Linear 64->64, ReLU, Linear 64->32, batch 32) trained by SGD under
   + backend, forward and backward graphs);
 - frames compiled, graphs captured and graph breaks over the steps;
 - the steady-state time of one training step (the fastest later step), compiled and eager;
-- the time of one call of the forward op's fake impl under FakeTensorMode -- the only
-  code path where the two strategies do different work at compile time;
+- the time of one call of the forward op's fake impl under FakeTensorMode -- where the
+  two strategies do different work at compile time -- and of one ``reassemble`` of a
+  saved quantized tensor from its flat buffers -- their different work at run time (the
+  backward op does it twice per layer and step); both as the fastest of 7 batches;
 - lines of code (non-blank, non-comment, docstrings excluded) of each strategy's module
   and of the plumbing both share.
 
@@ -44,8 +46,19 @@ from typing import Any
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "fake_impls.json"
 SIZES = (64, 64, 32)
 BATCH = 32
-STEPS = 8  # 1 compiling step + 7 timed steps
-FAKE_CALLS = 200
+STEPS = 10  # 1 compiling step + 9 timed steps
+MICRO_BATCHES, CALLS_PER_BATCH = 7, 40  # micro-benchmarks: fastest of 7 batches of 40 calls
+
+
+def _min_us(fn: Any, batches: int = MICRO_BATCHES, calls: int = CALLS_PER_BATCH) -> float:
+    """Microseconds per call: the fastest of a few batches (the least disturbed by the shared box)."""
+    best = float("inf")
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
 
 
 def _child(strategy: str, backend: str) -> dict[str, Any]:
@@ -54,7 +67,9 @@ def _child(strategy: str, backend: str) -> dict[str, Any]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     import tetrt_support.quant  # noqa: F401  (registers the quantizers)
+    from tetrt_support.quant.fake_impls import get_strategy
     from tetrt_support.quant.fake_impls.measure import tiny_mlp, train
+    from tetrt_support.quant.ops import flatten_quantized
     from tetrt_support.quant.recipes import RECIPES
 
     torch.set_num_threads(1)  # the box is shared; one thread keeps runs comparable
@@ -75,20 +90,18 @@ def _child(strategy: str, backend: str) -> dict[str, Any]:
         with FakeTensorMode() as mode:
             fx, fw = mode.from_tensor(x), mode.from_tensor(weight)
             args = (fx, fw, None, [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer)
-            fake = layer._ops.forward._abstract_fn
-            batches = []
-            for _ in range(5):  # the minimum of 5 batches: the least disturbed by the shared box
-                start = time.perf_counter()
-                for _ in range(FAKE_CALLS // 5):
-                    fake(*args)
-                batches.append((time.perf_counter() - start) / (FAKE_CALLS // 5))
-            fake_us = min(batches) * 1e6
+            fake_us = _min_us(lambda: layer._ops.forward._abstract_fn(*args))
+        # The strategy's run-time work: rebuilding a saved quantized tensor in the backward op.
+        impl = get_strategy(strategy)
+        saved = flatten_quantized(layer.input_quantizer.quantize(x))
+        reassemble_us = _min_us(lambda: impl.reassemble(
+            impl.fake_quantized(layer.input_quantizer, x.shape, x.dtype, torch.device("meta")), saved))
         rows.append({
             "strategy": strategy, "backend": backend, "recipe": recipe,
             "compile_s": compiled.first_step_s - steady,
             "frames": compiled.frames, "graphs": compiled.graphs, "graph_breaks": compiled.graph_breaks,
             "step_ms": min(compiled.step_s) * 1e3, "eager_step_ms": min(eager.step_s) * 1e3,
-            "fake_impl_us": fake_us,
+            "fake_impl_us": fake_us, "reassemble_us": reassemble_us,
             "loss_max_rel_diff_vs_eager": max(abs(a - b) / abs(b) for a, b in zip(compiled.losses, eager.losses)),
         })
     return {"rows": rows}
@@ -113,6 +126,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "step_ms_median": statistics.median(r["step_ms"] for r in sel),
                 "eager_step_ms_median": statistics.median(r["eager_step_ms"] for r in sel),
                 "fake_impl_us_median": statistics.median(r["fake_impl_us"] for r in sel),
+                "reassemble_us_median": statistics.median(r["reassemble_us"] for r in sel),
                 "frames_max": max(r["frames"] for r in sel),
                 "graphs_max": max(r["graphs"] for r in sel),
                 "graph_breaks_total": sum(r["graph_breaks"] for r in sel),
@@ -156,7 +170,7 @@ def main() -> None:
         },
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
         "config": {"mlp_sizes": list(SIZES), "batch": BATCH, "steps": STEPS, "repeats": args.repeats,
-                   "backends": args.backends, "fake_impl_calls": FAKE_CALLS, "device": "cpu"},
+                   "backends": args.backends, "micro_batches": MICRO_BATCHES, "calls_per_batch": CALLS_PER_BATCH, "device": "cpu"},
         "code_lines": strategy_code_lines(),
         "summary": _summary(rows),
         "rows": rows,

@@ -22,7 +22,9 @@ A script, not a test: timings on shared machines are noisy, so nothing here asse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import gc
 import json
 import os
 import pathlib
@@ -31,7 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-bench-inductor-"))
@@ -93,9 +95,22 @@ def linear_fit(xs: list[float], ys: list[float]) -> dict[str, float]:
     return {"seconds_per_layer": float(slope), "intercept_s": float(intercept), "r2": 1.0 - residual / total if total else 1.0}
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Collect, then keep the cyclic GC off while timing (as ``timeit`` does): a collection
+    over the previous repeat's thousands of FX nodes otherwise lands in a random repeat."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def bench_lowering(layers: list[int], repeats: int, repeats_large: int, large_from: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
-    progress = tqdm(total=len(layers) * len(STRATEGIES), desc="lowering", unit="lowering")
+    total = sum(repeats_large if n >= large_from else repeats for n in layers) * len(STRATEGIES)
+    progress = tqdm(total=total, desc="lowering", unit="lowering")
     for n in layers:
         model = zoo.tiny_llama4(num_layers=n, with_moe=False, seed=0)
         start = time.perf_counter()
@@ -120,13 +135,15 @@ def bench_lowering(layers: list[int], repeats: int, repeats_large: int, large_fr
             for name, (lower, _flat) in STRATEGIES.items():
                 if name in errors:
                     continue
+                graphs.pop(name, None)
                 try:
-                    t0 = time.perf_counter()
-                    graphs[name] = lower(program, args, kwargs)
-                    times[name].append(time.perf_counter() - t0)
+                    with _no_gc():
+                        t0 = time.perf_counter()
+                        graphs[name] = lower(program, args, kwargs)
+                        times[name].append(time.perf_counter() - t0)
                 except Exception as e:  # noqa: BLE001 - record and go on: one broken strategy must not hide the others
                     errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-            progress.update(len(STRATEGIES) / reps)
+                progress.update()
         for name, (_lower, flat) in STRATEGIES.items():
             entry: dict[str, Any] = {"repeats": reps}
             if name in errors:
@@ -218,7 +235,16 @@ def bench_rope_runtime(batch: int, seq: int, heads: int, head_dim: int, iters: i
         if "median_s" in r:
             r["relative_to_complex_eager"] = r["median_s"] / base
     nbytes = 4 * (q.numel() + k.numel()) * 2  # read q, k; write two outputs
-    return {"shape_q_k": [batch, seq, heads, head_dim], "dtype": "float32", "iters": iters, "bytes_moved": nbytes, "variants": results}
+    return {
+        "shape_q_k": [batch, seq, heads, head_dim],
+        "dtype": "float32",
+        "iters": iters,
+        "bytes_moved": nbytes,
+        "variants": results,
+        "notes": "median_s: round-robin over variants after two warm-up calls. first_call_s of the first "
+        "inductor variant also pays inductor's one-time start-up in this process, so first calls are "
+        "not comparable with each other. complex_inductor: inductor has no complex codegen and falls back.",
+    }
 
 
 def main() -> None:

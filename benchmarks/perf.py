@@ -84,21 +84,28 @@ def machine(device: str) -> dict[str, Any]:
 
 
 def time_fn(fn: Callable[[], Any], device: str, iters: int, warmup: int = 3) -> float:
-    """Median seconds per call (CUDA events on a GPU, perf_counter on the CPU)."""
+    """Median seconds per call.
+
+    On a GPU each sample times ``inner`` back-to-back calls between two CUDA events, so the
+    host's per-call work (Python, guards, pytree) overlaps the device work as it does in a
+    real loop; synchronising after every call would charge launch latency to the kernel.
+    On the CPU, a host clock around each call.
+    """
     for _ in range(warmup):
         fn()
+    times = []
     if device == "cuda":
         torch.cuda.synchronize()
-        times = []
-        for _ in range(iters):
+        inner = 10
+        for _ in range(max(3, iters // inner)):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(inner):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / inner)
         return statistics.median(times)
-    times = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
@@ -215,3 +222,86 @@ def bench_attention(device: str, batch: int, seq: int, hidden: int, heads: int, 
         if base and "median_s" in entry:
             entry["relative_to_complex_eager"] = entry["median_s"] / base
     return {"batch": batch, "seq": seq, "hidden": hidden, "heads": heads, "dtype": "float32", "iters": iters, "variants": results}
+
+
+# --------------------------------------------------------------------------------------
+# Quantized Linear
+# --------------------------------------------------------------------------------------
+
+
+def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[str]) -> dict[str, Any]:
+    from benchmarks.linear import bench_linear_suite
+
+    return bench_linear_suite(device, m, n, k, iters, recipes)
+
+
+# --------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------
+
+SIZES = {  # (device, quick) -> sizes
+    ("cpu", False): {"rope": [2, 512, 8, 64], "attention": (2, 256, 256, 4), "linear": (256, 512, 512), "layers": [2, 4, 8, 16, 32]},
+    ("cpu", True): {"rope": [1, 64, 4, 32], "attention": (1, 32, 64, 4), "linear": (64, 128, 128), "layers": [2, 4]},
+    ("cuda", False): {"rope": [8, 4096, 32, 128], "attention": (8, 2048, 2048, 16), "linear": (8192, 8192, 8192), "layers": [2, 4, 8, 16, 32]},
+    ("cuda", True): {"rope": [2, 1024, 8, 64], "attention": (2, 512, 512, 8), "linear": (1024, 1024, 1024), "layers": [2, 4]},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--suites", default="lowering,rope,linear", help="comma-separated: lowering,rope,linear")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few iterations (a smoke run)")
+    parser.add_argument("--iters", type=int, default=None)
+    parser.add_argument("--recipes", default="fp8_current,mxfp8,nvfp4")
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device here")
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    sizes = SIZES[(args.device, args.quick)]
+    iters = args.iters or (5 if args.quick else (50 if args.device == "cuda" else 10))
+    out = args.out or RESULTS / f"perf_{args.device}{'_quick' if args.quick else ''}.json"
+
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    result: dict[str, Any] = {"machine": machine(args.device), "suites": {}}
+    for suite in tqdm(suites, desc="suites", unit="suite"):
+        try:
+            if suite == "lowering":
+                from benchmarks.lowering import bench_lowering
+
+                result["suites"]["lowering"] = bench_lowering(sizes["layers"], repeats=3, repeats_large=2, large_from=16)
+            elif suite == "rope":
+                result["suites"]["rope"] = bench_rope(args.device, sizes["rope"], iters)
+                result["suites"]["rope_attention"] = bench_attention(args.device, *sizes["attention"], iters=iters)
+            elif suite == "linear":
+                result["suites"]["linear"] = bench_linear(args.device, *sizes["linear"], iters=iters,
+                                                          recipes=args.recipes.split(","))
+            else:
+                raise ValueError(f"unknown suite {suite!r}; valid: lowering, rope, linear")
+        except Exception as e:  # noqa: BLE001 - one failing suite must not lose the others' results
+            result["suites"][suite] = _error(e)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    result["machine"]["benchmark_wall_s"] = time.perf_counter() - started
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    print(json.dumps(summary(result), indent=1))
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The headline ratios of one run (also used by notebook 05)."""
+    s: dict[str, Any] = {}
+    rope = result["suites"].get("rope", {}).get("variants", {})
+    for name, entry in rope.items():
+        if "fraction_of_clone_bandwidth" in entry:
+            s[f"rope.{name}.fraction_of_clone"] = round(entry["fraction_of_clone_bandwidth"], 3)
+    lin = result["suites"].get("linear", {})
+    for key, value in lin.get("ratios", {}).items():
+        s[f"linear.{key}"] = round(value, 3)
+    return s
+
+
+if __name__ == "__main__":
+    main()

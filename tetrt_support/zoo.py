@@ -50,6 +50,7 @@ __all__ = [
     "half_to_interleaved",
     "interleaved_to_half",
     "llama4_config",
+    "llama4_example_inputs",
     "precompute_freqs_cis",
     "rope_inverse_frequencies",
     "rotate_half",

@@ -9,8 +9,6 @@ Compiled modules are cached per configuration: an ONNX Runtime build exports eac
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import functools
 from typing import Any
 
@@ -27,17 +25,8 @@ OUTPUT_KINDS = ("tensor", "tuple", "list", "dict", "namedtuple", "dataclass", "n
 IO_KINDS = ("real", "complex_in", "complex_out", "both")
 CALL_STYLES = ("positional", "keyword", "mixed")
 
-NT = collections.namedtuple("NT", ["a", "b"])
-
-
-@dataclasses.dataclass
-class DC:
-    a: torch.Tensor
-    b: torch.Tensor
-
-
-torch.export.register_dataclass(DC)
-
+# One NT and one DC for every test: pytree registration is per class.
+from tetrt_support.complex.signature_cases import DC, NT  # noqa: E402
 
 def _model_output(a: torch.Tensor, b: torch.Tensor) -> Any:
     return BaseModelOutput(last_hidden_state=a, hidden_states=(b,))

@@ -170,3 +170,37 @@ def test_unknown_backend_and_strategy_are_named() -> None:
         tetrt_support.compile(ep, strategy="legacy")
 
 
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "retrace"])
+def test_dynamic_batch_and_sequence_with_complex_io(strategy: str) -> None:
+    from tetrt_support.complex.signature_cases import OutputModel
+
+    model = OutputModel("dict", "both")
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=16)
+    ep = torch.export.export(
+        model, OutputModel.inputs("both", batch=2, seq=3), dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}), strict=False
+    )
+    module = tetrt_support.compile(ep, backend="onnxruntime", strategy=strategy)
+    assert module.blocks_summary() == "1 engine block, 0 fallback blocks"
+    for b, s in ((1, 2), (5, 7)):
+        x, y = OutputModel.inputs("both", batch=b, seq=s, seed=b)
+        assert_same_outputs(model(x, y), module(y=y, x=x))
+
+
+def test_compile_takes_an_exported_program() -> None:
+    with pytest.raises(TypeError, match="takes a torch.export.ExportedProgram .* got ComplexIn"):
+        tetrt_support.compile(ComplexIn())
+
+
+def test_a_lost_codegen_is_rebuilt_from_the_exported_program() -> None:
+    from tetrt_support.complex.signature import restore_codegen, retrace
+
+    ep = torch.export.export(Interior("dataclass"), _pairs(), strict=False)
+    plain = retrace(ep.module(), list(_pairs()), "swap")
+    plain.graph.set_codegen(torch.fx.graph.CodeGen())  # as if a pass had lost it
+    plain.recompile()
+    x, y = _pairs(seed=7)
+    assert type(plain(x=x, y=y)) is tuple  # flat outputs: the dataclass is gone
+    restore_codegen(plain, ep)
+    assert_same_outputs(Interior("dataclass")(x, y), plain(x=x, y=y))

@@ -153,3 +153,20 @@ def test_dtype_blind_boundary_wraps_eig_twice() -> None:
     with pytest.raises(RuntimeError, match="view_as_complex is only supported for half, float and double tensors, "
                        "but got a tensor of scalar type: ComplexFloat"):
         module(x)
+
+
+def test_matrix_reproduces_the_review() -> None:
+    from tetrt_support.complex.signature_cases import signature_matrix
+
+    rows = {row[0]: row[1:] for row in signature_matrix([BEFORE_FIX, FLATTEN_FIX, EVERY_COMPLEX_OUTPUT, FINAL])}
+    assert all(cells[-1] == "✓" for cells in rows.values()), rows
+    assert rows["interior complex, tensor output"][:2] == ("by position only on the retrace path", "✓")
+    assert rows["interior complex, dataclass output"][1] == "✗ ValueError (retrace)"
+    assert rows["complex input"][:3] == ("by position only", "by position only", "✓")
+    assert rows["complex and real outputs of one block (dict)"][:2] == ("✗ ['prod'] returned real (2, 3, 4, 2)",) * 2
+    assert rows["eig in a fallback block (2 complex outputs)"][1:3] == ("✓", "✗ RuntimeError")
+
+
+def test_unknown_retrace_mode_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown retrace mode 'flat'; valid: plain, restore, flatten, swap"):
+        retrace(torch.export.export(Real("dict"), XY, strict=False).module(), list(XY), "flat")

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from complex_testing import STRATEGIES, export, pack
+from complex_testing import STRATEGIES, export
 
 from tetrt_support.complex import UnsupportedComplexOp, complex_nodes, lower
 

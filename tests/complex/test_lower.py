@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.export import Dim
+from torch.utils import _pytree as pytree
 
 from complex_testing import STRATEGIES, export, pack
 
@@ -71,7 +72,10 @@ def test_rope_dynamic_batch_and_sequence(strategy: str) -> None:
     for batch, seq in [(2, 10), (3, 5), (1, 16), (5, 2)]:
         x = torch.randn(batch, seq, 8)
         torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-5)
-    # the symbols survived: the output's meta value still has symbolic batch and sequence
+    # every node carries meta["val"] for later passes, and the symbols survived: the
+    # output's meta value still has symbolic batch and sequence
+    assert all("val" in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "get_attr", "call_function")
+               and n.target is not torch.ops.aten._assert_tensor_metadata.default)
     (out,) = gm.graph.find_nodes(op="output")[0].args[0]
     assert all(isinstance(s, torch.SymInt) for s in out.meta["val"].shape[:2])
 
@@ -167,7 +171,10 @@ def test_call_signature_and_output_structure(kind: str, strategy: str) -> None:
     expected = ep.module()(x, scale=scale)
     got = gm(x, scale=scale)
     assert type(got) is type(expected)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)  # compares the pytree
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    expected_leaves, expected_spec = pytree.tree_flatten(expected)
+    assert got_spec == expected_spec
+    torch.testing.assert_close(got_leaves, expected_leaves, rtol=1e-5, atol=1e-5)
     if kind == "tensor":
         assert got.shape == (1, 32)  # not silently flattened to [32]
     # the keyword input keeps its name in the generated signature
@@ -261,3 +268,34 @@ def test_bad_arguments_name_what_was_wrong() -> None:
         lower(ep, unsupported="skip")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ExportedProgram or a torch.fx.GraphModule, got Rope"):
         lower(Rope())  # type: ignore[arg-type]
+
+
+class WrappedRegions(nn.Module):
+    """Complex values made under no_grad and autocast(enabled=False): export wraps them in
+    wrap_with_set_grad_enabled / wrap_with_autocast submodules (as HF Llama 4 on torch 2.11)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inv = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            ang = pos[:, None].float() * self.inv
+            f = torch.polar(torch.ones_like(ang), ang)
+        with torch.autocast("cpu", enabled=False):
+            g = f * 2
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * g).flatten(-2)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_complex_values_inside_grad_and_autocast_wrappers(strategy: str) -> None:
+    model, x, pos = WrappedRegions(), torch.randn(5, 8), torch.arange(5)
+    ep = export(model, (x, pos))
+    hops = {n.target.name() for n in ep.module().graph.nodes if isinstance(n.target, torch._ops.HigherOrderOperator)}
+    assert hops == {"wrap_with_set_grad_enabled", "wrap_with_autocast"}
+    gm = lower(ep, strategy)
+    assert complex_nodes(gm) == []
+    assert not any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in gm.graph.nodes)
+    assert list(gm.state_dict()) == ["inv"]
+    torch.testing.assert_close(gm(x, pos), model(x, pos), rtol=1e-5, atol=1e-5)

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 import torch
-from conftest import CASE_NAMES, assert_same_outputs
+from engine_cases import CASE_NAMES, BlockCase, assert_same_outputs, make_block_cases
 
 from tetrt_support.complex.engines import get_engine
 
@@ -17,6 +17,11 @@ ENGINE_CASES = [("eager", c) for c in CASE_NAMES] + [("onnxruntime", c) for c in
 ENGINE_CASES += [("inductor", c) for c in INDUCTOR_CASES]
 
 _built: dict[tuple[str, str], torch.nn.Module] = {}
+
+
+@pytest.fixture(scope="module")
+def block_cases() -> dict[str, BlockCase]:
+    return make_block_cases()
 
 
 @pytest.fixture

@@ -57,6 +57,9 @@ def test_onnxruntime_support_follows_the_exporters_table():
     aten = torch.ops.aten
     for op in (aten.linear.default, aten.scaled_dot_product_attention.default, aten.slice.Tensor, aten.silu.default):
         assert onnx_translatable(op), op
+    # Expanded (CompositeImplicitAutograd) or erased (assertions) by the exporter; both in Llama 4.
+    for op in (aten.to.dtype, aten.to.dtype_layout, aten._assert_tensor_metadata.default):
+        assert onnx_translatable(op), op
     # No torchlib function and no decomposition: the exporter cannot translate these.
     for op in (aten._linalg_eigh.default, aten.linalg_eig.default):
         assert not onnx_translatable(op), op
@@ -82,3 +85,32 @@ def test_dynamic_dims_need_one_entry_per_input():
     block = make_fx(lambda x: x + 1, tracing_mode="symbolic")(x)
     with pytest.raises(ValueError, match="dynamic_dims has 2 entries but the block has 1 inputs"):
         get_engine("onnxruntime").build(block, [x], [{0: "b"}, {0: "b"}])
+
+
+def test_dynamic_dims_keep_the_bounds_the_block_recorded():
+    from torch._dynamo.exc import UserError
+
+    from tetrt_support.complex.engines.base import dynamic_shapes_for_export
+
+    class Table(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("rows", torch.randn(16, 4))
+
+        def forward(self, x):
+            return x + self.rows[: x.shape[1]]
+
+    table, x = Table(), torch.randn(2, 5, 4)
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=16)}
+    # The flat graph of the program: (lifted buffer, x) in, like a block cut from it.
+    block = torch.export.export(table, (x,), dynamic_shapes=(dims,)).graph_module
+    inputs, names = [table.rows, x], [{}, {0: "b", 1: "s"}]
+    shapes = dynamic_shapes_for_export(inputs, names, block)
+    assert shapes[0] is None
+    assert shapes[1][1].__name__ == "s" and shapes[1][1].max == 16  # the program's range
+    assert shapes[1][0].max > 2**30  # no recorded bound: unbounded
+    with pytest.raises(UserError, match=r"Not all values of s .* satisfy the generated guard"):
+        torch.export.export(block, tuple(inputs), dynamic_shapes=dynamic_shapes_for_export(inputs, names))
+    module = get_engine("onnxruntime").build(block, inputs, names)
+    longer = torch.randn(3, 9, 4)
+    torch.testing.assert_close(module(table.rows, longer)[0], table(longer))

@@ -220,3 +220,22 @@ def test_compiled_module_round_trip(backend, tmp_path):
         out = loaded(q, k=k)
         assert isinstance(out["rotated"], Pair)
         _assert_same(out, model(q, k=k))
+
+
+def test_plain_torch_save_of_a_compiled_module_retraces_it(tmp_path):
+    """Why save() exists: GraphModule.__reduce__ re-traces the generated code, so the
+    compiled module comes back as a plain GraphModule with a plain CodeGen."""
+    import tetrt_support
+
+    model = ComplexRope()
+    q, k = torch.randn(2, 5, 2, 8), torch.randn(2, 5, 2, 8)
+    compiled = tetrt_support.compile(torch.export.export(model, (q,), {"k": k}), backend="eager")
+    torch.save(compiled, tmp_path / "plain.pt")
+    plain = torch.load(tmp_path / "plain.pt", weights_only=False)
+    assert type(plain).__mro__[1] is torch.fx.GraphModule and not hasattr(plain, "blocks_summary")
+    assert type(plain.graph._codegen) is torch.fx.graph.CodeGen
+
+    save(compiled, tmp_path / "kept.pt")
+    kept = load(tmp_path / "kept.pt")
+    assert hasattr(kept, "blocks_summary") and isinstance(kept.graph._codegen, _PyTreeCodeGen)
+    _assert_same(kept(q, k=k), model(q, k=k))

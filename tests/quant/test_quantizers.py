@@ -8,7 +8,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tetrt_support.quant import numerics
 from tetrt_support.quant import (
     ALL_QUANTIZERS,
     Float8BlockQuantizer,
@@ -273,3 +276,33 @@ class TestQuantizedTensorDispatch:
         t = q.quantize(torch.randn(4, 16))
         assert isinstance(t, Float8Tensor) and t._quantizer is not q
         assert t._quantizer.scale is not q.scale
+
+
+@given(
+    st.lists(st.floats(min_value=-1e4, max_value=1e4, allow_nan=False, width=32), min_size=32, max_size=32),
+    st.sampled_from([MXFP8Quantizer, Float8CurrentScalingQuantizer]),
+)
+def test_fp8_error_is_at_most_half_an_e4m3_step(values: list[float], cls) -> None:
+    """Every element lands on the nearest E4M3 grid point of its (block) scale: error <= half a step."""
+    x = torch.tensor([values])
+    t = cls().quantize(x)
+    scale_inv = numerics.e8m0_to_float(t._rowwise_scale_inv) if cls is MXFP8Quantizer else t._scale_inv
+    scaled = (x / scale_inv).abs()  # magnitude on the E4M3 grid
+    exponent = torch.floor(torch.log2(scaled.clamp_min(2.0**-6)))  # subnormals share the 2**-6 binade's step
+    half_step = torch.ldexp(torch.ones_like(scaled), (exponent - 4).int()) * scale_inv  # 3 mantissa bits
+    err = (t.dequantize() - x).abs()
+    assert torch.all(err <= half_step * (1 + 1e-6)), (err - half_step).max()
+
+
+def test_nvfp4_with_rht_matches_rotate_quantize_unrotate_reference(activations: torch.Tensor) -> None:
+    mask = 0b0110_1001_1100_0011
+    h = np.array([[1.0]])
+    for _ in range(4):
+        h = np.kron(np.array([[1.0, 1.0], [1.0, -1.0]]), h)
+    signs = np.array([-1.0 if (mask >> i) & 1 else 1.0 for i in range(16)])
+    rotation = (signs[:, None] * h / 4.0).astype(np.float32)
+    x = activations.numpy()
+    rotated = (x.reshape(64, 16, 16) @ rotation).reshape(64, 256)
+    expected = (ref_nvfp4(rotated).reshape(64, 16, 16) @ rotation.T).reshape(64, 256)
+    ours = NVFP4Quantizer(with_rht=True, rht_sign_mask=mask).quantize(activations).dequantize().numpy()
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)

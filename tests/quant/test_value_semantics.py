@@ -104,8 +104,10 @@ def test_registered_value_quantizers_are_flagged() -> None:
     for cls in VALUE_QUANTIZERS:
         assert is_value_opaque_quantizer(cls()) and cls._tetrt_value_opaque is True
     assert quant.opaque_api_available()
-    from torch._library.opaque_object import is_opaque_constant_type
+    from torch._library import opaque_object
 
+    # torch 2.14 calls value types "constant"; 2.11 - 2.13 spelled it is_opaque_value_type.
+    is_opaque_constant_type = getattr(opaque_object, "is_opaque_constant_type", None) or opaque_object.is_opaque_value_type
     assert all(is_opaque_constant_type(cls) for cls in VALUE_QUANTIZERS)
     assert not is_opaque_constant_type(Float8Quantizer)
 

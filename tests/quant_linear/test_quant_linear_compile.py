@@ -68,8 +68,9 @@ def test_training_matches_eager_without_breaks_or_recompiles(recipe: str, fake_i
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in compiled_model.parameters())
 
 
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
-def test_cached_weight_is_reused_without_recompiles(fake_impl: str) -> None:
+def test_cached_weight_is_reused_without_recompiles(fake_impl: str, recipe: str) -> None:
     """is_first_microbatch=True caches the quantized weight (rebuilt inside the trace from
     the op's flat outputs); False feeds the cache back in as flat inputs."""
     from torch._dynamo.utils import counters
@@ -78,7 +79,7 @@ def test_cached_weight_is_reused_without_recompiles(fake_impl: str) -> None:
     from tetrt_support.quant.linear import Linear
 
     torch.manual_seed(0)
-    layer = Linear(64, 32, recipe="mxfp8", fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=recipe, fake_impl=fake_impl)
     x, _ = _data()
     expected = layer(x).detach()
 
@@ -91,7 +92,7 @@ def test_cached_weight_is_reused_without_recompiles(fake_impl: str) -> None:
     compiled = torch.compile(step, backend=counting, fullgraph=True)
     first = compiled(x, True)
     cache = layer._weight_cache
-    assert type(cache).__name__ == "MXFP8Tensor"
+    assert type(cache) is type(layer.weight_quantizer).tensor_class
     assert not any(isinstance(b, FakeTensor) for b in cache.inner_buffers().values())
     torch.testing.assert_close(cache.dequantize(), layer.weight_quantizer.quantize(layer.weight).dequantize(), rtol=0, atol=0)
     reused = [compiled(x * s, False) for s in (1.0, 0.5)]

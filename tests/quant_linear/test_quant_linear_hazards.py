@@ -52,3 +52,21 @@ def test_make_empty_inside_the_trace_is_not_traceable() -> None:
 def test_a_custom_op_may_not_return_its_cached_input() -> None:
     with pytest.raises(RuntimeError, match=r"must not also be an input to this custom operator"):
         hazards.returning_an_input(torch.randn(4), torch.randn(4))
+
+
+@pytest.mark.parametrize("recipe", ["fp8_current", "mxfp8", "nvfp4"])
+def test_only_the_descriptor_can_be_made_inside_the_trace(recipe: str) -> None:
+    quantizer = get_recipe(recipe).input()
+    x = torch.randn(8, 64)
+    rebuilt = hazards.template_and_reassemble_in_trace("tensor_proto", quantizer, x, "aot_eager")
+    torch.testing.assert_close(rebuilt.dequantize(), quantizer.quantize(x).dequantize(), rtol=0, atol=0)
+    with pytest.raises(Unsupported, match="Failed to convert args/kwargs to proxy"):
+        hazards.template_and_reassemble_in_trace("make_empty_traceable", quantizer, x, "aot_eager")
+
+
+def test_describing_inside_the_trace_trips_dynamo_on_a_property_of_the_quantizer() -> None:
+    """torch 2.14: reading a @property (Float8BlockQuantizer.block_shape) of a value-opaque
+    quantizer inside a trace fails an internal Dynamo assertion -- why the Linear hands
+    its TensorProto in from outside the trace (``flat_buffers(..., like=...)``)."""
+    with pytest.raises(AssertionError, match="cls_source must not be None for MRO walk"):
+        hazards.template_and_reassemble_in_trace("tensor_proto", get_recipe("fp8_block").input(), torch.randn(8, 64))

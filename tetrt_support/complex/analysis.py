@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tetrt_support.complex.detect import complex_nodes, is_complex_value
+from tetrt_support.complex.detect import is_complex_value, touches_complex
 
 __all__ = [
     "ComplexNodeRow",
@@ -89,6 +89,11 @@ def op_histogram(obj: GraphLike) -> collections.Counter[str]:
     return collections.Counter(op_name(n) for n in _graph(obj).nodes if n.op == "call_function")
 
 
+def _touching_complex(obj: GraphLike) -> list[fx.Node]:
+    # detect.complex_nodes, on any GraphLike (it reads nodes only).
+    return [n for n in _graph(obj).nodes if touches_complex(n)]
+
+
 def complex_valued_nodes(obj: GraphLike) -> list[fx.Node]:
     """Nodes whose own value is complex (placeholders and constants included).
 
@@ -118,10 +123,8 @@ def _describe_val(val: Any) -> tuple[str, str]:
 
 def complex_node_rows(obj: GraphLike) -> list[ComplexNodeRow]:
     """The nodes that produce or read complex values, as ``(node, op, dtype, shape)`` rows."""
-    holder = graph_module_of(obj)
-    gm = holder if isinstance(holder, fx.GraphModule) else fx.GraphModule({}, holder)
     rows = []
-    for n in complex_nodes(gm):
+    for n in _touching_complex(obj):
         op = op_name(n) if n.op == "call_function" else n.op
         rows.append(ComplexNodeRow(n.name, op, *_describe_val(n.meta.get("val"))))
     return rows
@@ -338,7 +341,7 @@ def compare_strategies(
             gm = strategy.lower(program, args, kwargs)
             times.append(time.perf_counter() - start)
         after = op_histogram(gm)
-        left = sorted({op_name(n) if n.op == "call_function" else n.op for n in complex_nodes(gm)})
+        left = sorted({op_name(n) if n.op == "call_function" else n.op for n in _touching_complex(gm)})
         reports.append(
             StrategyReport(
                 strategy=strategy.name,

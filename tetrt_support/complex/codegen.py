@@ -32,17 +32,23 @@ def retrace_preserving_signature(
     restore ``gm``'s codegen and give the retraced module the same signature.
 
     ``retrace`` receives ``gm`` whose ``forward`` takes the flat placeholders
-    positionally and returns the flat outputs as a tuple; it must return a module whose
+    positionally and returns the flat outputs as a tuple (``ep.module()``'s input check
+    is off meanwhile: ``validate_inputs = False``); it must return a module whose
     placeholders and outputs are those same flat values, in the same order.
     """
     original = gm.graph._codegen
+    validate = getattr(gm, "validate_inputs", None)
     gm.graph.set_codegen(CodeGen())
     gm.recompile()
+    if validate is not None:
+        gm.validate_inputs = False  # ep.module()'s pre-hook would reject the flat call
     try:
         retraced = retrace(gm)
     finally:
         gm.graph.set_codegen(original)
         gm.recompile()
+        if validate is not None:
+            gm.validate_inputs = validate
     return restore_signature(gm, retraced)
 
 

@@ -175,6 +175,11 @@ def compile_with_policy(
     from tetrt_support.complex import lower
     from tetrt_support.complex.engines import get_engine
 
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise TypeError(
+            f"compile() takes a torch.export.ExportedProgram (export the model first: "
+            f"torch.export.export(model, args, kwargs)), got {type(ep).__name__}"
+        )
     _check_choice("backend", backend, BACKENDS)
     _check_choice("strategy", strategy, STRATEGIES)
     engine = get_engine(backend)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 import torch.fx as fx
 
-from tetrt_support.complex.detect import is_complex_value
+from tetrt_support.complex._inline import inline_complex_wrappers
 from tetrt_support.complex.retrace import retrace_complex
 from tetrt_support.complex.rewrite import rewrite_complex
 
@@ -64,12 +64,8 @@ def lower(
         raise ValueError(f"strategy must be 'rewrite' or 'retrace', got {strategy!r}")
     if unsupported not in ("raise", "fallback"):
         raise ValueError(f"unsupported must be 'raise' or 'fallback', got {unsupported!r}")
-    gm = _as_graph_module(program_or_graph_module)
+    gm = inline_complex_wrappers(_as_graph_module(program_or_graph_module))
     io = complex_io(gm)
-    if any(is_complex_value(p.meta.get("val")) for p in gm.graph.find_nodes(op="placeholder")):
-        # ep.module()'s input check compares the packed inputs with the exported (complex) ones
-        if hasattr(gm, "validate_inputs"):
-            gm.validate_inputs = False
     if strategy == "rewrite":
         gm = rewrite_complex(gm, unsupported)
     else:

@@ -104,9 +104,32 @@ _ASSERTIONS = tuple(
 
 
 def _is_assertion(node: fx.Node) -> bool:
-    return node.op == "call_function" and any(
-        node.target is overload for packet in _ASSERTIONS for overload in (getattr(packet, o) for o in packet.overloads())
-    )
+    return node.op == "call_function" and getattr(node.target, "overloadpacket", None) in _ASSERTIONS
+
+
+_CONVERSIONS = (torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout, torch.ops.aten.to.device)
+
+
+def _normalize_conversion(graph: fx.Graph, node: fx.Node) -> None:
+    """``aten.to`` to what the tensor already is -> the tensor; otherwise -> ``_to_copy``.
+
+    ``aten.to`` is CompositeImplicit: export keeps it, engines translate ``_to_copy``.
+    """
+    src, out = node.args[0], node.meta.get("val")
+    src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if not isinstance(out, torch.Tensor) or not isinstance(src_val, torch.Tensor):
+        return
+    if out.dtype == src_val.dtype and out.device == src_val.device and not node.kwargs.get("copy", False):
+        node.replace_all_uses_with(src)
+        graph.erase_node(node)
+        return
+    if out.device != src_val.device:
+        return  # a device move is not a block's business
+    with graph.inserting_before(node):
+        copy = graph.call_function(torch.ops.aten._to_copy.default, (src,), {"dtype": out.dtype})
+    copy.meta = dict(node.meta)
+    node.replace_all_uses_with(copy)
+    graph.erase_node(node)
 
 
 def prepare_for_partitioning(gm: fx.GraphModule) -> None:
@@ -115,8 +138,8 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
 
     - drop export's run-time assertions (``_assert_tensor_metadata``, ``_assert_scalar``):
       they have no users and would otherwise form PyTorch blocks of their own;
-    - ``aten.to.dtype`` to the dtype the tensor already has is the tensor itself, and any
-      other ``to.dtype`` is the ``_to_copy`` it decomposes to;
+    - ``aten.to`` to the dtype and device the tensor already has is the tensor itself,
+      and any other dtype conversion is the ``_to_copy`` it decomposes to;
     - give every user of a symbolic size (``sym_size.int``) its own copy of it, so each
       block computes the sizes it needs from its tensor inputs: engines take and return
       tensors, not SymInts.
@@ -125,19 +148,8 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
     for node in list(graph.nodes):
         if _is_assertion(node) and not node.users:
             graph.erase_node(node)
-        elif node.op == "call_function" and node.target is torch.ops.aten.to.dtype:
-            src, dtype = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
-            src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
-            extra = {k: v for k, v in node.kwargs.items() if k != "dtype"}
-            if isinstance(src_val, torch.Tensor) and src_val.dtype == dtype and not extra.get("copy", False):
-                node.replace_all_uses_with(src)
-                graph.erase_node(node)
-            elif not extra and len(node.args) <= 2:
-                with graph.inserting_before(node):
-                    copy = graph.call_function(torch.ops.aten._to_copy.default, (src,), {"dtype": dtype})
-                copy.meta = dict(node.meta)
-                node.replace_all_uses_with(copy)
-                graph.erase_node(node)
+        elif node.op == "call_function" and node.target in _CONVERSIONS:
+            _normalize_conversion(graph, node)
     for node in reversed(list(graph.nodes)):
         if not _is_symbolic_scalar(node) or len(node.users) < 2:
             continue

@@ -3,9 +3,9 @@
 Why not plain ``torch.save(gm)``: ``GraphModule.__reduce__`` saves the generated Python
 code and *re-traces* it with ``torch.fx.Tracer`` on load. That loses the graph's
 ``_PyTreeCodeGen`` (the retrace inlines ``tree_flatten_spec`` / ``tree_unflatten`` as
-ordinary nodes and ends with a plain ``CodeGen``), runs any Python function the graph
-calls on Proxies, and on ``ep.module()`` fails even earlier: its hooks and its
-``_guards_fn`` are local functions (``Can't pickle local object
+ordinary nodes and ends with a plain ``CodeGen``) and the module's class, traces through
+any plain Python function the graph calls, and on ``ep.module()`` fails even earlier:
+its hooks and its ``_guards_fn`` are local functions (``Can't pickle local object
 '_create_stateful_graph_module.<locals>.<lambda>'``).
 
 So :func:`save` pickles every ``fx.GraphModule`` in the module tree (the compiled module,
@@ -16,10 +16,15 @@ the codegen object itself (``_PyTreeCodeGen`` with its ``in_spec`` / ``out_spec`
 keyword inputs and namedtuple / dataclass / dict / ``ModelOutput`` outputs work as before.
 Engine blocks pickle their own way (ONNX model bytes, a block to recompile lazily).
 
+Plain ``torch.save`` of a compiled module does "work", but by that retrace: it comes back
+as a plain ``GraphModule`` with a plain ``CodeGen`` (tested).
+
 What is not kept: node metadata other than ``stack_trace`` (fake values do not pickle),
 tracer state (make_fx's ``shape_env``), and torch.export's ``_guards_fn``, whose code
-exists only as a local function; the input-check pre-hook ``ep.module()`` also
-installs still runs, which is what ``ep.module(check_guards=False)`` checks.
+exists only as a local function. So a loaded ``ep.module()`` still checks the STRUCTURE
+of its inputs (its pre-hook: positional/keyword split, keyword names), but no longer
+their shapes against the export's ranges (those checks read the dropped fake values);
+a wrong shape fails inside the graph instead.
 
 Trust: loading unpickles arbitrary objects (``torch.load(weights_only=False)``): it can
 run code chosen by whoever wrote the file. Load only files you trust, as with any pickle.
@@ -41,6 +46,7 @@ import os
 import pickle
 import sys
 import types
+import warnings
 from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
@@ -194,7 +200,7 @@ def _picklable_hooks(gm: fx.GraphModule, state: dict[str, Any]) -> None:
         ("_forward_hooks", ("_forward_hooks_with_kwargs", "_forward_hooks_always_called")),
     ):
         kept = OrderedDict()
-        for handle, hook in state[hooks_key].items():
+        for handle, hook in state.get(hooks_key, {}).items():
             if _is_inert_export_hook(hook):
                 continue
             try:
@@ -207,7 +213,7 @@ def _picklable_hooks(gm: fx.GraphModule, state: dict[str, Any]) -> None:
             kept[handle] = hook
         state[hooks_key] = kept
         for key in companions:
-            state[key] = OrderedDict((h, v) for h, v in state[key].items() if h in kept)
+            state[key] = OrderedDict((h, v) for h, v in state.get(key, {}).items() if h in kept)
 
 
 # ---------------------------------------------------------------------------- graph modules
@@ -226,8 +232,8 @@ def _pack_graph_module(gm: fx.GraphModule) -> tuple[Any, ...]:
         _check_savable_type(cls)
     nodes = []
     for node in graph.nodes:
-        if node.op == "call_module" and node.target == _GUARDS_FN and not node.users:
-            continue  # see module docstring: ep.module(check_guards=False) behaviour
+        if node.op == "call_module" and node.target == _GUARDS_FN:
+            continue  # returns None, read by nobody; see the module docstring
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _NodeRef(n.name))
         meta = {"stack_trace": node.meta["stack_trace"]} if node.meta.get("stack_trace") else {}
         nodes.append((node.op, node.name, _encode_target(node.target), args, kwargs, meta))
@@ -254,7 +260,10 @@ def _rebuild_graph_module(
     for cls_ref in (_find_type(module, qualname) for module, qualname in signature):
         _check_registered(cls_ref)
     graph = fx.Graph()
-    graph._codegen = pickle.loads(codegen)
+    with warnings.catch_warnings():
+        # torch 2.11 warns while unpickling its own LeafSpec: not something a user can act on.
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        graph._codegen = pickle.loads(codegen)
     by_name: dict[str, fx.Node] = {}
     for op, name, target, args, kwargs, meta in nodes:
         if isinstance(target, _OpRef):

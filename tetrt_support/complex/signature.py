@@ -50,6 +50,7 @@ __all__ = [
     "FINAL",
     "FLATTEN_FIX",
     "POLICIES",
+    "RETRACE_MODES",
     "RESTORE_ONLY",
     "SignaturePolicy",
     "add_input_check",
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------- retraces
+
+RETRACE_MODES = ("plain", "restore", "flatten", "swap")
 
 
 def _without_hooks(gm: fx.GraphModule) -> Callable[..., Any]:
@@ -76,7 +79,7 @@ def _without_hooks(gm: fx.GraphModule) -> Callable[..., Any]:
 
 
 def _make_fx(gm: fx.GraphModule, flat_args: list[Any]) -> fx.GraphModule:
-    return make_fx(_without_hooks(gm), tracing_mode="fake")(*flat_args)
+    return make_fx(_without_hooks(gm), tracing_mode="fake", _allow_non_fake_inputs=True)(*flat_args)
 
 
 def retrace(gm: fx.GraphModule, flat_args: list[Any], mode: str) -> fx.GraphModule:
@@ -89,6 +92,8 @@ def retrace(gm: fx.GraphModule, flat_args: list[Any], mode: str) -> fx.GraphModu
     plain ``CodeGen`` while retracing so the graph's flat outputs are recorded, then
     restores the codegen on the result AND on ``gm`` and renames placeholders back.
     """
+    if mode not in RETRACE_MODES:
+        raise ValueError(f"unknown retrace mode {mode!r}; valid: {', '.join(RETRACE_MODES)}")
     if mode == "swap":
         return retrace_preserving_signature(gm, lambda flat_gm: _make_fx(flat_gm, flat_args))
     original = gm.graph._codegen
@@ -98,8 +103,6 @@ def retrace(gm: fx.GraphModule, flat_args: list[Any], mode: str) -> fx.GraphModu
     out = traced.graph.output_node()
     if mode == "flatten":
         out.args = (tuple(pytree.tree_leaves(out.args[0])),)
-    elif mode != "restore":
-        raise ValueError(f"unknown retrace mode {mode!r}; valid: plain, restore, flatten, swap")
     _set_codegen(traced, copy.deepcopy(original))
     return traced
 

@@ -80,7 +80,7 @@ class Linear(torch.nn.Module):
         if is_first_microbatch is False:
             if self._weight_cache is None:
                 raise RuntimeError("Linear: is_first_microbatch=False needs a cached weight; call once with True first")
-            cache = self._strategy.flat_buffers(self._weight_cache)
+            cache = self._strategy.flat_buffers(self._weight_cache, like=self._weight_template)
         out, _, w_flat = self._ops.forward(
             x.reshape(-1, self.in_features), self.weight, self.bias, cache,
             self.input_quantizer, self.weight_quantizer, self.grad_quantizer,

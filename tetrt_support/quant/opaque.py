@@ -24,7 +24,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, TypeVar
 
-from tetrt_support.quant.quantizer import Quantizer
+from tetrt_support.quant.quantizer import Quantizer, class_value_fields
 
 Q = TypeVar("Q", bound=type)
 _warned_missing_api = False
@@ -43,6 +43,22 @@ def _registration_api() -> tuple[Any, str] | None:
     if register is not None:
         return register, "value"
     return None
+
+
+def _constant_members(cls: type[Quantizer]) -> dict[str, Any]:
+    """The attributes a compiled region may read, as USE_REAL (baked-in constant) members.
+
+    torch 2.11 lets Dynamo read only REGISTERED members of an opaque object ("Attempted to
+    access unregistered member on an OpaqueObject", measured on the H200 box); 2.14 lets a
+    constant type read any attribute. For a value type every value field is a constant
+    under its ``__eq__`` guard, so registering them as USE_REAL is exact on both.
+    """
+    try:
+        from torch._library.opaque_object import MemberType
+    except ImportError:
+        return {}
+    names = ("_tetrt_value_opaque", *class_value_fields(cls))
+    return {name: MemberType.USE_REAL for name in names}
 
 
 def opaque_api_available() -> bool:
@@ -80,7 +96,12 @@ def register_value_opaque_quantizer(cls: Q, *, hoist: bool = False) -> Q:
         return cls
     register, typ = api
     try:
-        register(cls, typ=typ, hoist=hoist)
+        # Some releases' register_opaque_type has no ``hoist`` keyword: pass it only when asked.
+        options: dict[str, Any] = {"hoist": True} if hoist else {}
+        members = _constant_members(cls)
+        if members:
+            options["members"] = members
+        register(cls, typ=typ, **options)
     except (RuntimeError, TypeError, ValueError) as error:  # a partial/experimental API must not break import
         warnings.warn(f"tetrt_support.quant: could not register {cls.__name__} as an opaque value type: {error}", RuntimeWarning, stacklevel=2)
         return cls

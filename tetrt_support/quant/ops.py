@@ -39,7 +39,6 @@ import torch
 from tetrt_support.quant.fake_impls import FakeImplStrategy, get_strategy
 
 if TYPE_CHECKING:
-    from tetrt_support.quant.quantizer import Quantizer
     from tetrt_support.quant.tensors import QuantizedTensor
 
 OP_NAMESPACE = "tetrt_quant"
@@ -225,7 +224,8 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
     """The (forward, backward) custom ops for these quantizer classes and fake-impl strategy."""
     strategy = get_strategy(fake_impl)
     qx, qw, qg = (opaque_type_name(c) for c in (input_cls, weight_cls, grad_cls))
-    suffix = "_".join((fake_impl, _tag(input_cls), _tag(weight_cls), _tag(grad_cls)))
+    classes = (input_cls, weight_cls, grad_cls)
+    suffix = "_".join((fake_impl, *(_tag(c) for c in (classes[:1] if len(set(classes)) == 1 else classes))))
     quantizers = f"{qx} input_quantizer, {qw} weight_quantizer, {qg} grad_quantizer"
 
     fwd = torch.library.custom_op(

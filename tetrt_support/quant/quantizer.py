@@ -80,6 +80,11 @@ def _literal(value: Any, *, field: str) -> str:
     )
 
 
+def class_value_fields(cls: type[Quantizer]) -> tuple[str, ...]:
+    """The value fields of a quantizer class: the common usages, then its format fields."""
+    return ("rowwise_usage", "columnwise_usage", "internal", *cls._format_fields)
+
+
 def rebuild_quantizer(cls: type[Quantizer], items: Sequence[tuple[str, Any]]) -> Quantizer:
     """Rebuild a value quantizer from its class and value fields, bypassing ``__init__``.
 
@@ -195,7 +200,7 @@ class Quantizer(metaclass=_opaque_metaclass()):
 
     # -------------------------------------------------------- value identity
     def _value_fields(self) -> tuple[str, ...]:
-        return ("rowwise_usage", "columnwise_usage", "internal", *type(self)._format_fields)
+        return class_value_fields(type(self))
 
     def _value_items(self) -> tuple[tuple[str, Any], ...]:
         return tuple((name, getattr(self, name)) for name in self._value_fields())

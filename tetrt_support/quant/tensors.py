@@ -157,8 +157,9 @@ def _to_copy_keeps_quantized(kwargs: dict) -> bool:
 
 
 class Float8Tensor(QuantizedTensor):
-    """Per-tensor scaled FP8: ``_data`` (logical shape), ``_transpose`` ((K, M) for the
-    column-wise usage) and ``_scale_inv`` (1,) fp32, with x ~= data * scale_inv."""
+    """Per-tensor scaled FP8: ``_data`` (M, K) with M the product of the leading dims,
+    ``_transpose`` ((K, M), the column-wise usage) and ``_scale_inv`` (1,) fp32, with
+    x ~= data * scale_inv. (TransformerEngine keeps ``_data`` in the logical shape.)"""
 
     _FLATTEN_TENSOR_BUFFERS = ("_data", "_transpose", "_scale_inv")
 

@@ -78,8 +78,10 @@ def touches_complex(node: fx.Node) -> bool:
 
 
 def _finite_int(value: Any) -> int | None:
-    infinities = {sympy.oo, -sympy.oo, _INT_OO, -_INT_OO} - {None}
-    return None if value in infinities or not value.is_integer else int(value)
+    """``value`` as an int, or None for an infinite bound (sympy's oo or torch's int_oo)."""
+    if _INT_OO is not None and value in (_INT_OO, -_INT_OO):
+        return None
+    return int(value) if isinstance(value, (int, sympy.Integer)) else None
 
 
 def _recorded_bounds(block: fx.GraphModule | None, index: int, dim: int) -> tuple[int | None, int | None]:

@@ -1,12 +1,15 @@
 """The ONNX Runtime engine: the CPU stand-in for a TensorRT engine.
 
-Each block is exported with ``torch.onnx.export(..., dynamo=True)`` (torch.export, then
-onnxscript's torchlib translation) and run by ``onnxruntime.InferenceSession`` on the
-``CPUExecutionProvider``. Like TensorRT it has no complex dtypes: torchlib carries
-complex values as real ``[..., 2]`` tensors for a few ops only, and a RoPE graph fails at
-the first op without such a translation (``ConversionError ... No decompositions
-registered for the complex-valued input``). So ``supports`` refuses every complex node,
-and a block reaching this engine must already be lowered to real arithmetic.
+Each block is exported with ``torch.export`` and then ``torch.onnx.export(..., dynamo=True)``
+(onnxscript's torchlib translation) and run by ``onnxruntime.InferenceSession`` on the
+``CPUExecutionProvider``; dtypes are kept (float32/64, int64, bool, 0-d tensors).
+
+Like TensorRT, ONNX Runtime has no complex arithmetic here. torchlib does carry complex
+values as real ``[..., 2]`` pairs for a handful of ops (a bare ``view_as_complex -> mul ->
+view_as_real`` exports and runs), but a RoPE graph fails at the first op without such a
+translation: ``ConversionError: ... No ONNX function found for aten.unsqueeze ... No
+decompositions registered for the complex-valued input``. So ``supports`` refuses every
+complex node, and a block must be lowered to real arithmetic before it gets here.
 
 The built module keeps the ONNX model bytes, not the session: it pickles as bytes and
 recreates the session on first use after unpickling.
@@ -39,6 +42,12 @@ __all__ = ["OnnxRuntimeBlock", "OnnxRuntimeEngine", "export_block_to_onnx", "onn
 
 # The registry logs one warning per missing torchvision op on every export; not our concern.
 _NOISY_LOGGERS = ("torch.onnx._internal.exporter._registration",)
+# onnx_ir warns when a constant block output cannot share its initializer: expected here.
+_DEDUP_LOGGER = "onnx_ir.passes.common.initializer_deduplication"
+
+
+def _not_output_dedup_notice(record: logging.LogRecord) -> bool:
+    return "as it is a graph input or output" not in str(record.msg)
 
 
 @contextlib.contextmanager
@@ -47,6 +56,8 @@ def _quiet_exporter() -> Iterator[None]:
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    dedup = logging.getLogger(_DEDUP_LOGGER)
+    dedup.addFilter(_not_output_dedup_notice)
     try:
         with warnings.catch_warnings():
             # Engine blocks are ATen graphs: train/eval mode changes nothing in them.
@@ -55,6 +66,7 @@ def _quiet_exporter() -> Iterator[None]:
             warnings.filterwarnings("ignore", message="# The axis name: .* will not be used")
             yield
     finally:
+        dedup.removeFilter(_not_output_dedup_notice)
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
 
@@ -72,16 +84,33 @@ def _torchlib() -> tuple[Any, frozenset[Any]]:
     return registry, decomposed
 
 
+def _assertion_targets() -> frozenset[Any]:
+    """Check-only ops the exporter erases before translating.
+
+    The list in torch/onnx/_internal/exporter/_fx_passes.py (``remove_assertion_nodes``).
+    """
+    aten = torch.ops.aten
+    names = [("sym_constrain_range_for_size", "default"), ("_assert_async", "default"), ("_assert_async", "msg")]
+    names += [("_assert_scalar", "default"), ("_assert_tensor_metadata", "default")]
+    return frozenset(getattr(getattr(aten, op), overload) for op, overload in names if hasattr(aten, op))
+
+
 def onnx_translatable(target: Callable[..., Any]) -> bool:
     """Whether torch.onnx's dynamo exporter translates ``target`` (for real dtypes).
 
-    True when torchlib has a function for it, or when the exporter decomposes it into
-    other ATen ops first (the same table ``torch.onnx.export`` uses).
+    True when torchlib has a real-dtype function for it, when the exporter decomposes it
+    first (``run_decompositions`` with its ONNX-friendly table, which always expands
+    CompositeImplicitAutograd ops such as ``aten.to.dtype``), or when the exporter erases
+    it (assertion ops). A decomposed op is judged by itself, not by what it expands into.
     """
     registry, decomposed = _torchlib()
     if registry.is_registered(target):
         return any(not meta.is_complex for meta in registry.get_decomps(target))
-    return isinstance(target, torch._ops.OpOverload) and target in decomposed
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target in decomposed or target in _assertion_targets():
+        return True
+    return torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
 
 
 def export_block_to_onnx(

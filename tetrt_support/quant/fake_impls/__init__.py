@@ -46,9 +46,10 @@ class FakeImplStrategy(Protocol):
         """The flat tensors a fake impl returns for a value made by :meth:`fake_quantized`."""
         ...
 
-    def flat_buffers(self, tensor: QuantizedTensor) -> list[torch.Tensor]:
+    def flat_buffers(self, tensor: QuantizedTensor, like: object = None) -> list[torch.Tensor]:
         """The inner buffers of ``tensor`` in flatten order, without calling ``__tensor_flatten__``
-        (safe inside a Dynamo trace)."""
+        (safe inside a Dynamo trace). ``like``: this strategy's stand-in for such a tensor, made
+        outside the trace, for a strategy that would otherwise derive the names there."""
         ...
 
     def reassemble(self, value: object, flat: Sequence[torch.Tensor]) -> QuantizedTensor:

@@ -86,3 +86,20 @@ def _aliasing_op() -> Any:
 def returning_an_input(x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Call an op that returns one of its inputs (eagerly)."""
     return _aliasing_op()(x, cache)
+
+
+def template_and_reassemble_in_trace(fake_impl: str, quantizer: Quantizer, x: torch.Tensor, backend: str = "eager") -> QuantizedTensor:
+    """Quantize ``x`` eagerly, then build the strategy's template AND reassemble from the
+    flat buffers inside compiled code: a TensorProto can be made there, an allocation
+    through ``make_empty`` cannot (see :func:`make_empty_in_trace`)."""
+    from tetrt_support.quant.fake_impls import get_strategy
+    from tetrt_support.quant.ops import flatten_quantized
+
+    strategy = get_strategy(fake_impl)
+
+    def rebuild(*buffers: torch.Tensor) -> QuantizedTensor:
+        template = strategy.fake_quantized(quantizer, x.shape, x.dtype, x.device)
+        return strategy.reassemble(template, list(buffers))
+
+    torch._dynamo.reset()
+    return torch.compile(rebuild, backend=backend, fullgraph=True)(*flatten_quantized(quantizer.quantize(x)))

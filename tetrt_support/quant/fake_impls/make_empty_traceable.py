@@ -65,7 +65,8 @@ class MakeEmptyTraceableStrategy:
     def flat_fake(self, value: object) -> list[torch.Tensor]:
         return [getattr(value, name) for name in _stashed_names(value)]  # type: ignore[arg-type]
 
-    def flat_buffers(self, tensor: QuantizedTensor) -> list[torch.Tensor]:
+    def flat_buffers(self, tensor: QuantizedTensor, like: object = None) -> list[torch.Tensor]:
+        del like  # the tensor carries its own names
         return [getattr(tensor, name) for name in _stashed_names(tensor)]
 
     def reassemble(self, value: object, flat: Sequence[torch.Tensor]) -> QuantizedTensor:

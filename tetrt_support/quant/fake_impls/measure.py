@@ -137,3 +137,28 @@ def strategy_code_lines() -> dict[str, int]:
         "make_empty_traceable": code_lines(inspect.getfile(make_empty_traceable)),
         "shared (ops.py + fake_impls/__init__.py)": code_lines(inspect.getfile(ops)) + code_lines(inspect.getfile(fake_impls)),
     }
+
+
+def same_graph_up_to_strategy(code_a: str, strategy_a: str, code_b: str, strategy_b: str) -> bool:
+    """Whether two captured graphs differ only in the strategy name inside their op names."""
+    return code_a.replace(strategy_a, "<strategy>") == code_b.replace(strategy_b, "<strategy>")
+
+
+def compile_matrix(
+    recipes: Sequence[str], fake_impls: Sequence[str], *, backend: str = "aot_eager", steps: int = 3
+) -> list[dict[str, object]]:
+    """For each (fake impl, recipe): compile stats of a few training steps and whether the
+    losses equal the uncompiled run's (the same quantized model, so exactly)."""
+    g = torch.Generator().manual_seed(1)
+    x, target = torch.randn(32, 64, generator=g), torch.randn(32, 32, generator=g)
+    rows = []
+    for fake_impl in fake_impls:
+        for recipe in recipes:
+            eager, _ = train(tiny_mlp(recipe, fake_impl), x, target, steps=steps)
+            compiled, _ = train(tiny_mlp(recipe, fake_impl), x, target, steps=steps, backend=backend)
+            rows.append({
+                "fake_impl": fake_impl, "recipe": recipe, "frames": compiled.frames, "graphs": compiled.graphs,
+                "graph_breaks": compiled.graph_breaks, "losses == eager": compiled.losses == eager.losses,
+                "loss drop": f"{compiled.losses[0]:.4f} -> {compiled.losses[-1]:.4f}",
+            })
+    return rows

@@ -106,8 +106,13 @@ class TensorProtoStrategy:
             raise TypeError(f"tensor_proto fake impl: expected a TensorProto, got {type(value).__name__}")
         return value.materialize()
 
-    def flat_buffers(self, tensor: QuantizedTensor) -> list[torch.Tensor]:
-        proto = TensorProto.describe(tensor._quantizer, tensor.shape, tensor.dtype, tensor.device)
+    def flat_buffers(self, tensor: QuantizedTensor, like: object = None) -> list[torch.Tensor]:
+        # Describing inside a trace runs the quantizer's Python under Dynamo, which some
+        # quantizers do not survive (a @property on an opaque value object trips an
+        # internal assertion in torch 2.14); a proto made beforehand avoids that.
+        proto = like if like is not None else TensorProto.describe(tensor._quantizer, tensor.shape, tensor.dtype, tensor.device)
+        if not isinstance(proto, TensorProto):
+            raise TypeError(f"tensor_proto flat_buffers: like must be a TensorProto, got {type(proto).__name__}")
         return [getattr(tensor, name) for name in proto.names]
 
     def reassemble(self, value: object, flat: Sequence[torch.Tensor]) -> QuantizedTensor:

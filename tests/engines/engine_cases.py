@@ -11,7 +11,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
@@ -140,8 +139,7 @@ CASES = _cases()
 CASE_NAMES = tuple(CASES)
 
 
-@pytest.fixture(scope="session")
-def block_cases() -> dict[str, BlockCase]:
+def make_block_cases() -> dict[str, BlockCase]:
     torch.manual_seed(0)
     return {name: make() for name, make in CASES.items()}
 

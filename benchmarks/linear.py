@@ -1,0 +1,117 @@
+"""Quantized Linear throughput: each recipe against bf16, and FP8 against raw ``torch._scaled_mm``.
+
+Used by ``python -m benchmarks.perf --suites linear``. Every figure is a median over
+back-to-back calls (see :func:`benchmarks.perf.time_fn`); TFLOP/s count ``2*m*n*k`` per GEMM
+(forward: 1 GEMM, forward+backward: 3), quantization included where the row says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+
+def _tflops(gemms: int, m: int, n: int, k: int, seconds: float) -> float:
+    return gemms * 2 * m * n * k / seconds / 1e12
+
+
+def _fp8_tensorwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from tetrt_support.quant.float8 import Float8CurrentScalingQuantizer
+
+    q = Float8CurrentScalingQuantizer().quantize(t)
+    return q._data, q._scale_inv.reshape(())
+
+
+def bench_linear_suite(device: str, m: int, n: int, k: int, iters: int, recipes: list[str]) -> dict[str, Any]:
+    from benchmarks.perf import _error, time_fn
+    from tetrt_support.quant.linear import Linear
+
+    dtype = torch.bfloat16
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(m, k, device=device, dtype=dtype, generator=g)
+    w = torch.randn(n, k, device=device, dtype=dtype, generator=g) / k**0.5
+    dy = torch.randn(m, n, device=device, dtype=dtype, generator=g)
+    x_data, x_scale = _fp8_tensorwise(x)
+    w_data, w_scale = _fp8_tensorwise(w)
+    w_col = w_data.t()  # (k, n) column-major view: what cuBLASLt wants for mat2
+
+    def bf16_fwd() -> Any:
+        return torch.nn.functional.linear(x, w)
+
+    xg = x.clone().requires_grad_(True)
+    wg = torch.nn.Parameter(w.clone())
+
+    def bf16_fwd_bwd() -> Any:
+        y = torch.nn.functional.linear(xg, wg)
+        y.backward(dy)
+
+    def scaled_mm() -> Any:
+        return torch._scaled_mm(x_data, w_col, scale_a=x_scale, scale_b=w_scale, out_dtype=dtype)
+
+    cases: dict[str, tuple[Callable[[], Any], int]] = {
+        "bf16_forward": (bf16_fwd, 1),
+        "bf16_forward_backward": (bf16_fwd_bwd, 3),
+        "fp8_scaled_mm_raw": (scaled_mm, 1),
+    }
+    for recipe in recipes:
+        layer = Linear(k, n, bias=False, recipe=recipe, device=device, dtype=dtype)
+        with torch.no_grad():
+            layer.weight.copy_(w)
+        xr = x.clone().requires_grad_(True)
+
+        def fwd(layer: Linear = layer) -> Any:
+            with torch.no_grad():
+                return layer(x)
+
+        def fwd_cached(layer: Linear = layer) -> Any:
+            with torch.no_grad():
+                return layer(x, is_first_microbatch=False)
+
+        def fwd_bwd(layer: Linear = layer, xr: torch.Tensor = xr) -> Any:
+            layer(xr).backward(dy)
+
+        cases[f"{recipe}_forward"] = (fwd, 1)
+        cases[f"{recipe}_forward_cached_weight"] = (fwd_cached, 1)
+        cases[f"{recipe}_forward_backward"] = (fwd_bwd, 3)
+        with torch.no_grad():
+            layer(x, is_first_microbatch=True)  # fills the weight cache for the cached variant
+
+    results: dict[str, Any] = {}
+    reference = bf16_fwd().float()
+    for name, (fn, gemms) in tqdm(cases.items(), desc=f"linear {device}", unit="case"):
+        try:
+            seconds = time_fn(fn, device, iters)
+            entry: dict[str, Any] = {"median_s": seconds, "TFLOPs": _tflops(gemms, m, n, k, seconds), "gemms": gemms}
+            if name.endswith("forward") or name.endswith("cached_weight") or name == "fp8_scaled_mm_raw":
+                with torch.no_grad():
+                    out = fn().float()
+                entry["relative_error_vs_bf16"] = float((out - reference).norm() / reference.norm())
+            results[name] = entry
+        except Exception as e:  # noqa: BLE001 - record and measure the rest
+            results[name] = _error(e)
+
+    def ratio(a: str, b: str) -> float | None:
+        if "TFLOPs" in results.get(a, {}) and "TFLOPs" in results.get(b, {}):
+            return results[a]["TFLOPs"] / results[b]["TFLOPs"]
+        return None
+
+    ratios = {
+        "fp8_current_forward_over_scaled_mm": ratio("fp8_current_forward", "fp8_scaled_mm_raw"),
+        "fp8_current_forward_cached_weight_over_scaled_mm": ratio("fp8_current_forward_cached_weight", "fp8_scaled_mm_raw"),
+        "fp8_scaled_mm_over_bf16": ratio("fp8_scaled_mm_raw", "bf16_forward"),
+    }
+    for recipe in recipes:
+        ratios[f"{recipe}_forward_over_bf16"] = ratio(f"{recipe}_forward", "bf16_forward")
+        ratios[f"{recipe}_forward_backward_over_bf16"] = ratio(f"{recipe}_forward_backward", "bf16_forward_backward")
+    return {
+        "m_n_k": [m, n, k],
+        "dtype": "bfloat16",
+        "iters": iters,
+        "note": "MXFP8 / NVFP4 / FP8-block GEMMs are emulated (dequantize + matmul): the block-scaled "
+                "cuBLASLt GEMMs TransformerEngine uses were not run here.",
+        "cases": results,
+        "ratios": {k_: v for k_, v in ratios.items() if v is not None},
+    }
