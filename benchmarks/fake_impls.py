@@ -6,13 +6,17 @@ tiny MLP (Linear 64->64, ReLU, Linear 64->32, batch 32) trained by SGD under
 ``torch.compile(fullgraph=True)``, per recipe and backend (aot_eager, inductor):
 
 - compile time: the first step's time minus the median later step (Dynamo + AOTAutograd
-  + backend, forward and backward graphs);
+  + backend, forward and backward graphs), as wall clock and as CPU time of the process
+  and its finished children (the C++ compiler; inductor compiles in-process here). On a
+  shared, loaded machine the CPU time is the figure to compare: the wall clock counts
+  the time spent waiting for a core;
 - frames compiled, graphs captured and graph breaks over the steps;
-- the steady-state time of one training step (the fastest later step), compiled and eager;
+- the steady-state time of one training step (the fastest later step), compiled and
+  eager, wall clock and CPU;
 - the time of one call of the forward op's fake impl under FakeTensorMode -- where the
   two strategies do different work at compile time -- and of one ``reassemble`` of a
   saved quantized tensor from its flat buffers -- their different work at run time (the
-  backward op does it twice per layer and step); both as the fastest of 7 batches;
+  backward op does it twice per layer and step); both in CPU time, the fastest of 7 batches;
 - lines of code (non-blank, non-comment, docstrings excluded) of each strategy's module
   and of the plumbing both share.
 
@@ -51,13 +55,13 @@ MICRO_BATCHES, CALLS_PER_BATCH = 7, 40  # micro-benchmarks: fastest of 7 batches
 
 
 def _min_us(fn: Any, batches: int = MICRO_BATCHES, calls: int = CALLS_PER_BATCH) -> float:
-    """Microseconds per call: the fastest of a few batches (the least disturbed by the shared box)."""
+    """CPU microseconds per call: the fastest of a few batches (the least disturbed by the shared box)."""
     best = float("inf")
     for _ in range(batches):
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(calls):
             fn()
-        best = min(best, (time.perf_counter() - start) / calls)
+        best = min(best, (time.process_time() - start) / calls)
     return best * 1e6
 
 
@@ -96,9 +100,12 @@ def _child(strategy: str, backend: str) -> dict[str, Any]:
         saved = flatten_quantized(layer.input_quantizer.quantize(x))
         reassemble_us = _min_us(lambda: impl.reassemble(
             impl.fake_quantized(layer.input_quantizer, x.shape, x.dtype, torch.device("meta")), saved))
+        steady_cpu = statistics.median(compiled.step_cpu_s)
         rows.append({
             "strategy": strategy, "backend": backend, "recipe": recipe,
             "compile_s": compiled.first_step_s - steady,
+            "compile_cpu_s": compiled.first_step_cpu_s - steady_cpu,
+            "step_cpu_ms": min(compiled.step_cpu_s) * 1e3, "eager_step_cpu_ms": min(eager.step_cpu_s) * 1e3,
             "frames": compiled.frames, "graphs": compiled.graphs, "graph_breaks": compiled.graph_breaks,
             "step_ms": min(compiled.step_s) * 1e3, "eager_step_ms": min(eager.step_s) * 1e3,
             "fake_impl_us": fake_us, "reassemble_us": reassemble_us,
@@ -108,7 +115,8 @@ def _child(strategy: str, backend: str) -> dict[str, Any]:
 
 
 def _run_child(strategy: str, backend: str) -> list[dict[str, Any]]:
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="tetrt-bench-fake-impls-"))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="tetrt-bench-fake-impls-"),
+               TORCHINDUCTOR_COMPILE_THREADS="1")  # compile in-process: its CPU time is then counted
     env.pop("TORCH_LOGS", None)
     done = subprocess.run(
         [sys.executable, __file__, "--child", strategy, backend], env=env, check=True, capture_output=True, text=True
@@ -123,6 +131,9 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             sel = [r for r in rows if r["strategy"] == strategy and r["backend"] == backend]
             out.setdefault(strategy, {})[backend] = {
                 "compile_s_median": statistics.median(r["compile_s"] for r in sel),
+                "compile_cpu_s_median": statistics.median(r["compile_cpu_s"] for r in sel),
+                "step_cpu_ms_median": statistics.median(r["step_cpu_ms"] for r in sel),
+                "eager_step_cpu_ms_median": statistics.median(r["eager_step_cpu_ms"] for r in sel),
                 "step_ms_median": statistics.median(r["step_ms"] for r in sel),
                 "eager_step_ms_median": statistics.median(r["eager_step_ms"] for r in sel),
                 "fake_impl_us_median": statistics.median(r["fake_impl_us"] for r in sel),

@@ -281,9 +281,11 @@ print("\n".join(analysis.lowering_claims(bench)))
 #   fallback block runs: correct, but no longer one engine.
 # - **Precision.** Lowered RoPE agrees with eager to float32 rounding here; bf16/fp16
 #   models, where `freqs_cis` is complex64 but activations are not, are not covered.
-# - **Speed.** A lowered graph in eager PyTorch is slower than complex eager (more,
-#   smaller kernels); it pays off only under a fusing compiler (inductor, TensorRT). The
-#   GPU figures (DESIGN.md §5) were measured on an H200, not on this machine; TensorRT
-#   itself was not run here.
+# - **Speed.** Lowering exists so that an engine without complex dtypes can run the
+#   graph at all; on this CPU it is not a speed-up. In the stored run (section 10) the
+#   lowered RoPE takes ~28x complex eager's time in eager PyTorch (many small strided
+#   kernels instead of one complex multiply) and ~3x under inductor. On an H200 the
+#   lowered graph under torch.compile beat complex eager (DESIGN.md §5); that GPU figure
+#   was not re-measured here, and TensorRT itself was not run here.
 # - **torch's pass** leaves complex nodes and drops the pytree signature when applied to
 #   an exported program; bridging it to `torch.export` is future work upstream.

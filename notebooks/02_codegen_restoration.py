@@ -215,6 +215,10 @@ ids = zoo.llama4_example_inputs(llama, batch=3, seq=5, seed=1)
 out, ref = compiled_llama(input_ids=ids["input_ids"]), llama(input_ids=ids["input_ids"])
 print(type(out).__name__, list(out.keys()), tuple(out.logits.shape))
 print(compiled_llama.blocks_summary())
+(block,) = compiled_llama.blocks()
+complex_ops = [op for op in block.ops if any(w in op for w in ("complex", "polar", "view_as_real"))]
+print(f"{block.name} runs in {block.runner}; complex ops in it: {len(complex_ops)}; "
+      f"aten.linear in it: {'aten.linear.default' in block.ops}")
 print("max abs error < 1e-5:", max_abs_error(ref, out) < 1e-5)
 
 # %% [markdown]

@@ -329,5 +329,12 @@ print("RHT lowers NVFP4's max |error| here:", stats["NVFP4 1x16 + RHT"]["max_abs
 #   usage changes of a Linear are moved outside the region.
 # - `hoist=True` was shown on flat graphs only; its benefit (sharing one graph body across
 #   hierarchical compilation) was not measured here.
+# - Version skew, measured once outside this notebook on the H200 box (torch 2.11, CUDA):
+#   the quantizers give bit-identical results on CUDA and CPU, and the `tests/quant` suite
+#   passes there except the staticmethod test — torch 2.11 lets Dynamo read only
+#   *registered* members of an opaque object, so it refuses `quantizer.some_method()`
+#   before any guard exists. `register_value_opaque_quantizer` therefore registers the
+#   value fields and the opaque flag as `USE_REAL` members; methods called inside a
+#   compiled region would need registering too on 2.11.
 # - Why Dynamo does not recognise a quantizer read from a tensor's `_quantizer` attribute
 #   as the same opaque value (pytorch/pytorch#188796) is not examined in this notebook.

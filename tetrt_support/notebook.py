@@ -45,6 +45,7 @@ def setup(seed: int = 0) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
     warnings.filterwarnings("ignore", message=".*Casting complex values to real discards.*")
+    warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
     import logging
 
     for name in ("torch._dynamo", "torch._inductor", "torch.onnx", "onnxscript", "torch.export"):

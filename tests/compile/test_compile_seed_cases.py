@@ -204,3 +204,15 @@ def test_a_lost_codegen_is_rebuilt_from_the_exported_program() -> None:
     assert type(plain(x=x, y=y)) is tuple  # flat outputs: the dataclass is gone
     restore_codegen(plain, ep)
     assert_same_outputs(Interior("dataclass")(x, y), plain(x=x, y=y))
+
+
+def test_an_input_exported_by_keyword_can_be_passed_by_position() -> None:
+    x = torch.randn(2, 3, dtype=torch.complex64)
+    y = torch.randn(2, 3, 2)
+    ep = torch.export.export(ComplexIn(), (x,), {"y": y}, strict=False)
+    module = tetrt_support.compile(ep, backend="eager")
+    expected = ComplexIn()(x, y)
+    for out in (module(x, y), module(x, y=y), module(x=x, y=y), module(y=y, x=x)):
+        assert_same_outputs(expected, out)
+    with pytest.raises(ValueError, match="kwarg keyword mismatch"):
+        ep.module()(x, y)  # ep.module() itself insists on the exported split

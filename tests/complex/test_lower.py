@@ -299,3 +299,12 @@ def test_complex_values_inside_grad_and_autocast_wrappers(strategy: str) -> None
     assert not any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in gm.graph.nodes)
     assert list(gm.state_dict()) == ["inv"]
     torch.testing.assert_close(gm(x, pos), model(x, pos), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_lowered_nodes_keep_the_source_line_of_the_complex_op(strategy: str) -> None:
+    """Partitioners and error messages point at the user's line, also after lowering."""
+    gm = lower(export(Rope(), (torch.randn(2, 10, 8),)), strategy)
+    made = [n for n in gm.graph.nodes if n.target in (torch.ops.aten.stack.default, torch.ops.aten.sub.Tensor)]
+    assert len(made) == 2
+    assert all("torch.view_as_real(xc * f)" in n.meta["stack_trace"] for n in made)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Literal
 
 import torch
 import torch.fx as fx
+from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from tetrt_support.complex.detect import is_complex_value
@@ -30,6 +31,17 @@ GUARDS_FN = "_guards_fn"
 
 def is_guards_call(node: fx.Node) -> bool:
     return node.op == "call_module" and node.target == GUARDS_FN
+
+
+def program_fake_mode(gm: fx.GraphModule) -> Any:
+    """The fake mode (and so the ShapeEnv of symbolic dims) of ``gm``'s meta values."""
+    mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes])
+    if mode is None:
+        raise ValueError(
+            "complex lowering needs node.meta['val'] (fake tensors) on the graph; pass an "
+            "ExportedProgram, ep.module(), or a make_fx graph"
+        )
+    return mode
 
 
 def lower_node(

@@ -56,6 +56,10 @@ def lower(
     flat input/output, None for the others). Parameter and buffer names (and so
     ``state_dict`` keys) do not change; complex ones hold their ``view_as_real``.
 
+    Regions that export wrapped in ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast``
+    submodules (HF Llama 4's rotary embedding on torch 2.11) are inlined first when they
+    hold complex values (:mod:`tetrt_support.complex._inline` says what that drops).
+
     ``unsupported="raise"`` raises :class:`UnsupportedComplexOp` for an op without a
     rule; ``"fallback"`` keeps it as a complex island between ``view_as_complex`` and
     ``view_as_real`` for a PyTorch fallback block.

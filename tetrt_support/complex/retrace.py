@@ -21,19 +21,25 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.fx.traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tetrt_support.complex._attrs import pack_complex_attributes, tensor_names_by_identity
-from tetrt_support.complex._driver import GUARDS_FN as _GUARDS_FN
-from tetrt_support.complex._driver import Unsupported, check_packed, expected_packed, is_guards_call, lower_node
+from tetrt_support.complex._driver import (
+    GUARDS_FN,
+    Unsupported,
+    check_packed,
+    expected_packed,
+    is_guards_call,
+    lower_node,
+    program_fake_mode,
+)
 from tetrt_support.complex.codegen import retrace_preserving_signature
 from tetrt_support.complex.detect import touches_complex
-from tetrt_support.complex.rewrite import _fake_mode
 
 __all__ = ["retrace_complex"]
 
 aten = torch.ops.aten
-
 
 
 class _PackedComplexInterpreter(fx.Interpreter):
@@ -49,7 +55,8 @@ class _PackedComplexInterpreter(fx.Interpreter):
             return None  # re-inserted into the traced graph afterwards
         if n.op in ("placeholder", "get_attr", "output") or not touches_complex(n, self.original):
             return super().run_node(n)
-        result = lower_node(n, lambda a: self.env[a], self.original, self.unsupported)
+        with self._set_current_node(n):  # new nodes inherit its stack_trace / nn_module_stack
+            result = lower_node(n, lambda a: self.env[a], self.original, self.unsupported)
         want = expected_packed(self.original[n])
         if want is not None and isinstance(result, torch.Tensor) and check_packed(n, result, want):
             result = aten._to_copy.default(result, dtype=want[0])
@@ -59,7 +66,7 @@ class _PackedComplexInterpreter(fx.Interpreter):
 def retrace_complex(gm: fx.GraphModule, unsupported: Unsupported = "raise") -> fx.GraphModule:
     """Lower every complex node of ``gm`` by retracing; returns ``gm`` itself carrying the
     new graph (so every parameter, buffer, hook and attribute stays where it was)."""
-    fake_mode = _fake_mode(gm)
+    fake_mode = program_fake_mode(gm)
     original = {n: n.meta.get("val") for n in gm.graph.nodes}
     placeholders = gm.graph.find_nodes(op="placeholder")
     with fake_mode:
@@ -73,7 +80,8 @@ def retrace_complex(gm: fx.GraphModule, unsupported: Unsupported = "raise") -> f
     def trace(flat_gm: fx.GraphModule) -> fx.GraphModule:
         interpreter = _PackedComplexInterpreter(flat_gm, original, unsupported)
         fn = lambda *args: tuple(interpreter.run(*args))  # noqa: E731
-        return make_fx(fn, tracing_mode="fake", pre_dispatch=True)(*inputs)
+        with fx_traceback.preserve_node_meta():
+            return make_fx(fn, tracing_mode="fake", pre_dispatch=True)(*inputs)
 
     traced = retrace_preserving_signature(gm, trace)
     _adopt_graph(gm, traced, had_guards)
@@ -98,7 +106,7 @@ def _adopt_graph(gm: fx.GraphModule, traced: fx.GraphModule, had_guards: bool) -
     if had_guards:
         placeholders = graph.find_nodes(op="placeholder")
         with graph.inserting_after(placeholders[-1]):
-            graph.call_module(_GUARDS_FN, tuple(placeholders))
+            graph.call_module(GUARDS_FN, tuple(placeholders))
     gm.recompile()
 
 

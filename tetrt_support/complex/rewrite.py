@@ -17,26 +17,22 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
 from torch.fx.proxy import GraphAppendingTracer, Proxy
 
 from tetrt_support.complex._attrs import pack_complex_attributes
-from tetrt_support.complex._driver import Unsupported, check_packed, expected_packed, is_guards_call, lower_node
+from tetrt_support.complex._driver import (
+    Unsupported,
+    check_packed,
+    expected_packed,
+    is_guards_call,
+    lower_node,
+    program_fake_mode,
+)
 from tetrt_support.complex.detect import touches_complex
 
 __all__ = ["rewrite_complex"]
 
 aten = torch.ops.aten
-
-
-def _fake_mode(gm: fx.GraphModule) -> Any:
-    mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes])
-    if mode is None:
-        raise ValueError(
-            "complex lowering needs node.meta['val'] (fake tensors) on the graph; pass an "
-            "ExportedProgram, ep.module(), or a make_fx graph"
-        )
-    return mode
 
 
 def _propagate(node: fx.Node, fake_mode: Any) -> None:
@@ -74,7 +70,7 @@ class _ConstantLiftingTracer(GraphAppendingTracer):
 def rewrite_complex(gm: fx.GraphModule, unsupported: Unsupported = "raise") -> fx.GraphModule:
     """Lower every complex node of ``gm`` in place; returns ``gm``."""
     graph = gm.graph
-    fake_mode = _fake_mode(gm)
+    fake_mode = program_fake_mode(gm)
     original = {n: n.meta.get("val") for n in graph.nodes}
     existing = set(graph.nodes)
     tracer = _ConstantLiftingTracer(gm, fake_mode)

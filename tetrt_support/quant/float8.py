@@ -14,11 +14,11 @@ Both produce a :class:`~tetrt_support.quant.tensors.Float8Tensor`: FP8 data with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from tetrt_support.quant import numerics
+from tetrt_support.quant import fused, numerics
 from tetrt_support.quant.quantizer import BufferSpec, Quantizer
 from tetrt_support.quant.tensors import Float8Tensor, QuantizedTensor
 
@@ -96,6 +96,8 @@ class Float8CurrentScalingQuantizer(_PerTensorFloat8):
 
     _value_semantics = True
     _format_fields = ("fp8_dtype", "force_pow_2_scales", "amax_epsilon")
+    # abs/amax are exact in the input's dtype and cast_to_fp8 upcasts itself: no fp32 copy.
+    _upcasts_input: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -128,6 +130,12 @@ class Float8CurrentScalingQuantizer(_PerTensorFloat8):
         return amax, scale
 
     def _quantize_2d(self, x2d: torch.Tensor, *, amax_reduction_group: Any = None) -> dict[str, torch.Tensor | None]:
+        group = amax_reduction_group if amax_reduction_group is not None else vars(self).get("amax_reduction_group")
+        if group is None and fused.should_fuse(x2d):
+            data, transpose, scale_inv = fused.compiled_current_scaling_buffers()(
+                x2d, self.fp8_dtype, self.force_pow_2_scales, self.amax_epsilon, self.rowwise_usage, self.columnwise_usage
+            )
+            return {"_data": data, "_transpose": transpose, "_scale_inv": scale_inv}
         _, scale = self.compute_scale(x2d, amax_reduction_group=amax_reduction_group)
         return self._buffers_from_scale(x2d, scale)
 

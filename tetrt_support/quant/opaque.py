@@ -14,6 +14,11 @@ API differences handled here (registration never crashes import):
 - older torch: no API; registration is skipped with ONE warning and the quantizers still
   work eagerly (a compiled region then graph-breaks at the custom op).
 
+The value fields and the flag below are also registered as USE_REAL members: torch 2.11
+lets Dynamo read only registered members of an opaque object (2.14 reads any attribute
+of a constant type). Measured on torch 2.11 + CUDA (H200): registration, the flag and
+fullgraph compiles of ops taking a quantizer all work.
+
 Registration stamps ``_tetrt_value_opaque = True`` on the class, read by
 :func:`is_value_opaque_quantizer`: a plain attribute read is something Dynamo can fold to
 a constant inside a compiled region, where ``type(q) in registered_set`` is not.

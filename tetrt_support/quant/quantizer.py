@@ -101,7 +101,8 @@ def rebuild_quantizer(cls: type[Quantizer], items: Sequence[tuple[str, Any]]) ->
 class Quantizer(metaclass=_opaque_metaclass()):
     """Base class of every quantizer: how to turn a high-precision tensor into a quantized one.
 
-    Subclasses implement ``_quantize_2d`` (an (M, K) fp32 tensor -> the named buffers)
+    Subclasses implement ``_quantize_2d`` (an (M, K) tensor, fp32 unless the class sets
+    ``_upcasts_input = False`` -> the named buffers)
     and ``describe_buffers``; the base handles shapes, usages, copies and value identity.
     """
 
@@ -113,6 +114,9 @@ class Quantizer(metaclass=_opaque_metaclass()):
     _tetrt_value_opaque: ClassVar[bool] = False
     # The QuantizedTensor subclass this quantizer produces (set by each format module).
     tensor_class: ClassVar[type[QuantizedTensor]]
+    # Whether quantize hands _quantize_2d an fp32 copy of the input (a format whose numerics
+    # are exact on bf16/fp16 input may opt out and save a full pass over the tensor).
+    _upcasts_input: ClassVar[bool] = True
     # Format-specific value fields, appended to the common ones.
     _format_fields: ClassVar[tuple[str, ...]] = ()
 
@@ -154,7 +158,8 @@ class Quantizer(metaclass=_opaque_metaclass()):
         if x.dim() == 0:
             raise ValueError(f"{type(self).__name__}.quantize: input must have at least one dimension")
         self._check_shape(tuple(x.shape))
-        x2d = numerics.flatten_2d(x.detach()).float()
+        x2d = numerics.flatten_2d(x.detach())
+        x2d = x2d.float() if self._upcasts_input else x2d
         buffers = self._quantize_2d(x2d, **options)
         return self.tensor_class(shape=x.shape, dtype=x.dtype, quantizer=self.copy(), **buffers)
 
@@ -196,7 +201,10 @@ class Quantizer(metaclass=_opaque_metaclass()):
         return new
 
     def _rebuild_derived_state(self) -> None:
-        """Recompute state derived from the value fields (hook; nothing by default)."""
+        """Recompute state derived from the value fields (hook; nothing by default).
+
+        Derived attributes are named ``_derived_*``: ``copy()`` skips them and calls this
+        hook, so they are never shared between copies nor part of the value key."""
 
     # -------------------------------------------------------- value identity
     def _value_fields(self) -> tuple[str, ...]:

@@ -44,16 +44,31 @@ class TrainReport:
     frames: int = 0  # frames Dynamo compiled (1 = no recompiles)
     graphs: int = 0  # graphs Dynamo captured
     graph_breaks: int = 0
-    first_step_s: float = 0.0  # includes compilation when compiled
-    step_s: list[float] = field(default_factory=list)  # the later steps
+    first_step_s: float = 0.0  # wall clock; includes compilation when compiled
+    step_s: list[float] = field(default_factory=list)  # wall clock of the later steps
+    # CPU seconds of this process and its waited-for children (the C++ compiler): on a
+    # shared, loaded machine far steadier than the wall clock, which counts waiting.
+    first_step_cpu_s: float = 0.0
+    step_cpu_s: list[float] = field(default_factory=list)
 
     @property
     def steady_step_s(self) -> float:
         return min(self.step_s) if self.step_s else float("nan")
 
 
-class _Capture:
-    """A Dynamo backend that counts frames and keeps each captured graph's code."""
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and of its finished child processes."""
+    try:
+        import resource
+    except ImportError:  # not on Unix: this process only
+        return time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+class GraphCapture:
+    """A Dynamo backend that counts frames and keeps each captured graph's code and node
+    signature ((opcode, target) per node: comparable across graphs whose variable names differ)."""
 
     def __init__(self, backend: str | Callable) -> None:
         from torch._dynamo.backends.registry import lookup_backend
@@ -61,11 +76,19 @@ class _Capture:
         self.backend = lookup_backend(backend) if isinstance(backend, str) else backend
         self.frames = 0
         self.code: list[str] = []
+        self.signatures: list[tuple[tuple[str, str], ...]] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         self.frames += 1
         self.code.append(gm.code)
+        self.signatures.append(tuple((node.op, _target_name(node.target)) for node in gm.graph.nodes))
         return self.backend(gm, example_inputs)
+
+
+def _target_name(target: object) -> str:
+    if isinstance(target, str):
+        return target if not target.startswith(("L_", "G_", "l_", "g_")) else "<input>"
+    return getattr(target, "__qualname__", None) or str(target)
 
 
 def train(
@@ -76,10 +99,10 @@ def train(
     steps: int = 3,
     backend: str | None = None,
     lr: float = 0.05,
-) -> tuple[TrainReport, list[str]]:
+) -> tuple[TrainReport, GraphCapture | None]:
     """``steps`` SGD steps of :func:`mse_step`; ``backend=None`` runs eagerly.
 
-    Returns the report and the code of every graph Dynamo captured (empty when eager).
+    Returns the report and the graphs Dynamo captured (None when eager).
     """
     from torch._dynamo.utils import counters
 
@@ -88,27 +111,28 @@ def train(
     if backend is not None:
         torch._dynamo.reset()
         counters.clear()
-        capture = _Capture(backend)
+        capture = GraphCapture(backend)
         step = torch.compile(mse_step, backend=capture, fullgraph=True)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     report = TrainReport(losses=[])
     for i in range(steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), cpu_seconds()
         opt.zero_grad(set_to_none=True)
         loss = step(model, x, target)
         loss.backward()
         opt.step()
         report.losses.append(loss.item())
-        elapsed = time.perf_counter() - start
+        elapsed, elapsed_cpu = time.perf_counter() - start, cpu_seconds() - start_cpu
         if i == 0:
-            report.first_step_s = elapsed
+            report.first_step_s, report.first_step_cpu_s = elapsed, elapsed_cpu
         else:
             report.step_s.append(elapsed)
+            report.step_cpu_s.append(elapsed_cpu)
     if capture is not None:
         report.frames = capture.frames
         report.graphs = int(counters["stats"]["unique_graphs"])
         report.graph_breaks = sum(counters["graph_break"].values())
-    return report, (capture.code if capture is not None else [])
+    return report, capture
 
 
 def code_lines(path: str | pathlib.Path) -> int:
@@ -139,9 +163,14 @@ def strategy_code_lines() -> dict[str, int]:
     }
 
 
-def same_graph_up_to_strategy(code_a: str, strategy_a: str, code_b: str, strategy_b: str) -> bool:
-    """Whether two captured graphs differ only in the strategy name inside their op names."""
-    return code_a.replace(strategy_a, "<strategy>") == code_b.replace(strategy_b, "<strategy>")
+def same_graphs_up_to_strategy(a: GraphCapture, strategy_a: str, b: GraphCapture, strategy_b: str) -> bool:
+    """Whether two captures hold the same graphs node for node, up to the strategy name
+    inside the custom ops' names (and the names of variables)."""
+
+    def normalized(capture: GraphCapture, strategy: str) -> list[tuple[tuple[str, str], ...]]:
+        return [tuple((op, target.replace(strategy, "<strategy>")) for op, target in sig) for sig in capture.signatures]
+
+    return normalized(a, strategy_a) == normalized(b, strategy_b)
 
 
 def compile_matrix(
