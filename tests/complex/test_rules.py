@@ -59,6 +59,7 @@ CASES = {
     "pow_int": (lambda a: a**2, (Z(3, 4),)),
     "pow_float": (lambda a: a**0.5, (Z(3, 4),)),
     "pow_complex": (lambda a: a ** (1 + 0.5j), (Z(3, 4),)),
+    "real_pow_complex_scalar": (lambda r: (r.abs() + 0.1) ** (0.5 + 1j), (R(3, 4),)),
     "pow_tensor_tensor": (lambda a, b: a**b, (Z(3, 4), Z(3, 4) * 0.5)),
     "scalar_pow_complex": (lambda a: 2.0**a, (Z(3, 4),)),
     "sin": (lambda a: a.sin(), (Z(3, 4),)),
@@ -85,6 +86,7 @@ CASES = {
     "zeros_complex_dtype": (lambda a: a + torch.zeros(3, 4, dtype=torch.complex64), (Z(3, 4),)),
     "type_as": (lambda r, a: r.type_as(a) * a, (R(3, 4), Z(3, 4))),
     "copy_into_complex": (lambda a, r: a.clone().copy_(r), (Z(3, 4), R(3, 4))),
+    "in_place_mul_add": (lambda a, b: (a.clone().mul_(b).add_(1j), a.clone().div_(2.0)), (Z(3, 4), Z(4))),
     "clone_contiguous": (lambda a: a.transpose(0, 1).contiguous().clone(), (Z(3, 4),)),
     "reshape_view": (lambda a: a.reshape(2, 6).view(3, 2, 2)[..., -1], (Z(3, 4),)),
     "permute": (lambda a: a.permute(2, 0, 1), (Z(2, 3, 4),)),
@@ -146,3 +148,24 @@ def test_rule_matches_eager_complex128(name: str) -> None:
     fn, args = CASES[name]
     args = tuple(a.to(torch.complex128) if a.is_complex() else a.double() if a.is_floating_point() else a for a in args)
     assert_lowered_matches(fn, args, rtol=1e-10, atol=1e-10)
+
+
+def test_one_rule_table_serves_both_strategies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding ONE entry to RULES teaches both strategies a new op: complex cumsum is a
+    cumsum of the packed pairs along the shifted dim (it has no rule by default)."""
+    from tetrt_support.complex import RULES, UnsupportedComplexOp
+    from tetrt_support.complex.rules import RuleContext
+
+    aten = torch.ops.aten
+    calls: list[str] = []
+
+    def cumsum(ctx: RuleContext, self: object, dim: int, dtype: object = None) -> object:
+        calls.append(type(self).__name__)  # FakeTensor (retrace) or Proxy (rewrite)
+        return aten.cumsum.default(self, dim - 1 if dim < 0 else dim)
+
+    fn, args = (lambda a: torch.cumsum(a * 2, dim=-1)), (Z(3, 4),)
+    with pytest.raises(UnsupportedComplexOp):
+        assert_lowered_matches(fn, args)
+    monkeypatch.setitem(RULES, aten.cumsum.default, cumsum)
+    assert_lowered_matches(fn, args)
+    assert sorted(calls) == ["FakeTensor", "Proxy"]

@@ -57,7 +57,9 @@ def lower_node(
     target = node.target
     if target is operator.getitem:
         return lookup(node.args[0])[node.args[1]]
-    rule = RULES.get(target)
+    rule, in_place = RULES.get(target), False
+    if rule is None and (twin := _functional_twin(target)) is not None:
+        rule, in_place = RULES[twin], True
     if rule is None:
         return _unsupported(node, unsupported, lookup, original)
     args = fx.node.map_arg(node.args, lookup)
@@ -65,7 +67,23 @@ def lower_node(
     arg_vals = fx.node.map_arg(node.args, lambda n: original[n])
     kwarg_vals = fx.node.map_arg(node.kwargs, lambda n: original[n])
     ctx = RuleContext(node, bind_arguments(target, arg_vals, kwarg_vals), original[node])
-    return rule(ctx, **bind_arguments(target, args, kwargs))
+    bound = bind_arguments(target, args, kwargs)
+    result = rule(ctx, **bound)
+    if in_place:  # write the functional result back into the packed destination
+        result = aten.copy_.default(bound["self"], result)
+    return result
+
+
+def _functional_twin(target: Any) -> Any:
+    """``aten.mul.Tensor`` for ``aten.mul_.Tensor``: the functional overload of an
+    in-place op, when it has a rule."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    name = target.overloadpacket.__name__
+    if not name.endswith("_") or name.startswith("_") or not target._schema.is_mutable:
+        return None
+    twin = getattr(getattr(aten, name[:-1], None), target._overloadname, None)
+    return twin if twin in RULES else None
 
 
 def _unsupported(
@@ -85,7 +103,9 @@ def complex_island(node: fx.Node, lookup: Callable[[fx.Node], Any], original: di
         x = lookup(n)
         v = original[n]
         if isinstance(v, torch.Tensor) and v.is_complex():
-            return aten.view_as_complex.default(aten.contiguous.default(x))
+            # packed values always have a unit-stride pair dim and even strides, so
+            # view_as_complex aliases them: a mutating op writes through to the packed form
+            return aten.view_as_complex.default(x)
         return x
 
     result = node.target(*fx.node.map_arg(node.args, unpack), **fx.node.map_arg(node.kwargs, unpack))

@@ -417,6 +417,7 @@ def sqrt(ctx: RuleContext, self: Any) -> Any:
 
 @register(aten.pow.Tensor_Scalar)
 def pow_tensor_scalar(ctx: RuleContext, self: Any, exponent: Any) -> Any:
+    self = _packed(ctx, "self", self)  # a real base with a complex exponent, too
     if isinstance(exponent, complex) and exponent.imag != 0:
         w = exponent
         lz = _log_packed(self)
