@@ -9,9 +9,10 @@ Suites:
 - ``lowering``: lowering time against graph size (tiny HF Llama 4, 2..32 layers) for the
   "rewrite" and "retrace" strategies and torch's ``decompose_complex_in_graph``
   (shared with ``benchmarks/lowering.py``). Host work: run it on the CPU machine.
-- ``rope``: Llama RoPE on q and k, and the RoPE attention block: complex eager, complex
-  compiled, lowered eager, lowered compiled (both strategies), a hand-written real version
-  eager and compiled, and a clone of the same bytes (the practical roofline).
+- ``rope``: Llama RoPE on q and k: complex eager, complex compiled, lowered eager, lowered
+  compiled (both strategies), a hand-written real version eager and compiled, and a clone
+  of the same bytes (the practical roofline).
+- ``attention``: the RoPE attention block, complex against lowered, eager and compiled.
 - ``linear``: the quantized Linear (FP8 current scaling, MXFP8, NVFP4; emulated where the
   hardware lacks the format) forward and forward+backward against bf16, and FP8 forward
   against raw ``torch._scaled_mm`` on already-quantized operands.
@@ -113,6 +114,17 @@ def time_fn(fn: Callable[[], Any], device: str, iters: int, warmup: int = 3) -> 
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], Any]], device: str, rounds: int) -> dict[str, float]:
+    """Median seconds per call of each function, sampled round-robin (one sample per round)."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():  # warm-up
+        fn()
+    for _ in tqdm(range(rounds), desc="interleaved rounds", unit="round", leave=False):
+        for name, fn in fns.items():
+            samples[name].append(time_fn(fn, device, iters=1, warmup=0))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def _error(e: BaseException) -> dict[str, str]:
     return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
 
@@ -151,6 +163,9 @@ def bench_rope(device: str, shape: list[int], iters: int) -> dict[str, Any]:
         "complex_compiled": lambda c=torch.compile(rope): c(q, k),
         "real_handwritten_eager": lambda: (real_rope(q, cos, sin), real_rope(k, cos, sin)),
         "real_handwritten_compiled": lambda c=torch.compile(real_rope): (c(q, cos, sin), c(k, cos, sin)),
+        # q and k in ONE compiled graph, as in the lowered module (two calls above).
+        "real_handwritten_compiled_one_graph": lambda c=torch.compile(
+            lambda q, k, cos, sin: (real_rope(q, cos, sin), real_rope(k, cos, sin))): c(q, k, cos, sin),
     }
     results: dict[str, Any] = {}
     try:
@@ -165,21 +180,26 @@ def bench_rope(device: str, shape: list[int], iters: int) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         results["export"] = _error(e)
     nbytes = 2 * 2 * q.numel() * q.element_size()  # read q and k, write two outputs
-    for name, fn in tqdm(variants.items(), desc=f"rope {device}", unit="variant"):
+    ready: dict[str, Callable[[], Any]] = {}
+    for name, fn in tqdm(variants.items(), desc=f"rope {device} (compile, check)", unit="variant"):
         try:
             with torch.no_grad():
                 t0 = time.perf_counter()
                 out = fn()
                 if device == "cuda":
                     torch.cuda.synchronize()
-                first = time.perf_counter() - t0
-                seconds = time_fn(fn, device, iters)
-            entry = {"median_s": seconds, "first_call_s": first, "bandwidth_GBps": nbytes / seconds / 1e9}
+                results[name] = {"first_call_s": time.perf_counter() - t0}
             if name != "clone":
-                entry["max_abs_error_vs_complex_eager"] = analysis.max_abs_error(reference, out)
-            results[name] = entry
+                results[name]["max_abs_error_vs_complex_eager"] = analysis.max_abs_error(reference, out)
+            ready[name] = fn
         except Exception as e:  # noqa: BLE001
             results[name] = _error(e)
+    # Round-robin: every round times each variant once, so clock and thermal drift hit all
+    # variants alike (timing them one after another gave +-4% between identical kernels).
+    with torch.no_grad():
+        samples = interleaved_medians(ready, device, rounds=max(5, iters // 2))
+    for name, seconds in samples.items():
+        results[name].update(median_s=seconds, bandwidth_GBps=nbytes / seconds / 1e9)
     clone_bw = results.get("clone", {}).get("bandwidth_GBps")
     if clone_bw:
         for entry in results.values():
@@ -250,7 +270,8 @@ SIZES = {  # (device, quick) -> sizes
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--suites", default="lowering,rope,linear", help="comma-separated: lowering,rope,linear")
+    parser.add_argument("--suites", default="lowering,rope,attention,linear",
+                        help="comma-separated: lowering,rope,attention,linear")
     parser.add_argument("--quick", action="store_true", help="small sizes, few iterations (a smoke run)")
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--recipes", default="fp8_current,mxfp8,nvfp4")
@@ -274,12 +295,13 @@ def main() -> None:
                 result["suites"]["lowering"] = bench_lowering(sizes["layers"], repeats=3, repeats_large=2, large_from=16)
             elif suite == "rope":
                 result["suites"]["rope"] = bench_rope(args.device, sizes["rope"], iters)
+            elif suite == "attention":
                 result["suites"]["rope_attention"] = bench_attention(args.device, *sizes["attention"], iters=iters)
             elif suite == "linear":
                 result["suites"]["linear"] = bench_linear(args.device, *sizes["linear"], iters=iters,
                                                           recipes=args.recipes.split(","))
             else:
-                raise ValueError(f"unknown suite {suite!r}; valid: lowering, rope, linear")
+                raise ValueError(f"unknown suite {suite!r}; valid: lowering, rope, attention, linear")
         except Exception as e:  # noqa: BLE001 - one failing suite must not lose the others' results
             result["suites"][suite] = _error(e)
         out.parent.mkdir(parents=True, exist_ok=True)

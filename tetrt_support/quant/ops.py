@@ -84,11 +84,17 @@ def _column_major(t: torch.Tensor) -> torch.Tensor:
     return t.t().contiguous().t()
 
 
-def quantized_matmul(a: QuantizedTensor, b: QuantizedTensor, *, transpose_a: bool, transpose_b: bool) -> torch.Tensor:
-    """fp32 ``op(a) @ op(b)`` of two 2-D quantized tensors (``op`` = transpose or not).
+def quantized_matmul(
+    a: QuantizedTensor, b: QuantizedTensor, *, transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``op(a) @ op(b)`` of two 2-D quantized tensors (``op`` = transpose or not).
 
-    Per-tensor FP8 operands go through ``torch._scaled_mm`` (runs on CPU in torch >= 2.13
-    and on Hopper; a per-tensor scale makes the transposes exact). Block-scaled formats
+    The FP8 GEMM writes ``out_dtype`` directly; the emulated path returns fp32.
+
+    Per-tensor FP8 operands go through ``torch._scaled_mm`` (runs on CPU in torch >= 2.13;
+    checked once on an H200 with torch 2.11, where it differs from the fp32 product of the
+    dequantized operands only by accumulation order; a per-tensor scale makes the
+    transposes exact). Block-scaled formats
     (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
     """
@@ -98,7 +104,9 @@ def quantized_matmul(a: QuantizedTensor, b: QuantizedTensor, *, transpose_a: boo
         lhs = a_data.t().contiguous() if transpose_a else a_data.contiguous()
         rhs = b_data.t() if transpose_b else b_data
         rhs = rhs if rhs.stride(0) == 1 else _column_major(rhs)  # cuBLASLt wants a column-major mat2
-        return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=torch.float32)
+        # out_dtype straight from the GEMM: an fp32 result and a separate cast would be two
+        # more passes over the output (at 8192^2 as much traffic as quantizing an operand).
+        return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=out_dtype)
     lhs = a.dequantize(torch.float32)
     rhs = b.dequantize(torch.float32)
     return (lhs.t() if transpose_a else lhs) @ (rhs.t() if transpose_b else rhs)
@@ -142,7 +150,8 @@ def _forward_impl(strategy: FakeImplStrategy):
             w_q = strategy.reassemble(strategy.fake_quantized(weight_quantizer, weight.shape, weight.dtype, "meta"), weight_cache)
         else:
             w_q = weight_quantizer.quantize(weight)
-        out = quantized_matmul(x_q, w_q, transpose_a=False, transpose_b=True)
+        out = quantized_matmul(x_q, w_q, transpose_a=False, transpose_b=True,
+                               out_dtype=x.dtype if bias is None else torch.float32)
         if bias is not None:
             out = out + bias.float()
         x_flat = flatten_quantized(x_q)
@@ -173,8 +182,8 @@ def _backward_impl(strategy: FakeImplStrategy):
         x_q = strategy.reassemble(strategy.fake_quantized(input_quantizer, input_shape, dtype, "meta"), input_buffers)
         w_q = strategy.reassemble(strategy.fake_quantized(weight_quantizer, weight_shape, dtype, "meta"), weight_buffers)
         g_q = grad_quantizer.quantize(grad_output.contiguous())
-        dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False).to(dtype)
-        wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False).to(dtype)
+        dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False, out_dtype=dtype).to(dtype)
+        wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False, out_dtype=dtype).to(dtype)
         dbias = grad_output.sum(0).to(dtype) if has_bias else None
         return dgrad, wgrad, dbias
 
