@@ -175,6 +175,11 @@ def bench_rope(device: str, shape: list[int], iters: int) -> dict[str, Any]:
                 gm = _lowered(program, strategy)
                 variants[f"lowered_{strategy}_eager"] = lambda gm=gm: gm(q, k)
                 variants[f"lowered_{strategy}_compiled"] = lambda c=torch.compile(gm): c(q, k)
+                # Inference freezing folds slice/unsqueeze/select of the packed [..., 2] freqs
+                # buffer into contiguous real and imaginary planes, as an engine build folds
+                # constants; without it each thread reads the freqs with a stride of 2.
+                variants[f"lowered_{strategy}_compiled_frozen"] = lambda c=torch.compile(
+                    gm, options={"freezing": True}): c(q, k)
             except Exception as e:  # noqa: BLE001 - record, keep measuring the rest
                 results[f"lowered_{strategy}"] = _error(e)
     except Exception as e:  # noqa: BLE001
