@@ -25,11 +25,9 @@ Runs on torch 2.11 (the H200 box) as well as 2.14.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import tempfile
@@ -54,23 +52,10 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 
 def machine(device: str) -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "when_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "device": device,
-    }
-    try:
-        import transformers
+    """benchmarks/lowering.py's machine record, plus the device (and the GPU's, on CUDA)."""
+    from benchmarks.lowering import machine as host_machine
 
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        pass
+    info = host_machine() | {"device": device}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),

@@ -15,65 +15,17 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-# Imported before any export: transformers registers ModelOutput classes as pytree nodes
-# at import, and an import first made inside a trace is not seen by that trace.
-from transformers.modeling_outputs import BaseModelOutput
-
 import tetrt_support
+
+# One model for the package's notebook matrix and these tests; one NT and one DC for
+# every test (pytree registration is per class).
+from tetrt_support.complex.signature_cases import DC, NT  # noqa: E402,F401
+from tetrt_support.complex.signature_cases import OutputModel as OutputKindModel  # noqa: E402
 
 OUTPUT_KINDS = ("tensor", "tuple", "list", "dict", "namedtuple", "dataclass", "nested", "model_output")
 IO_KINDS = ("real", "complex_in", "complex_out", "both")
 CALL_STYLES = ("positional", "keyword", "mixed")
-
-# One NT and one DC for every test: pytree registration is per class.
-from tetrt_support.complex.signature_cases import DC, NT  # noqa: E402
-
-def _model_output(a: torch.Tensor, b: torch.Tensor) -> Any:
-    return BaseModelOutput(last_hidden_state=a, hidden_states=(b,))
-
-
-class OutputKindModel(torch.nn.Module):
-    """``x * y`` in complex arithmetic, returned in the structure ``kind`` names.
-
-    ``a`` is the complex product (complex, or packed ``[..., 2]`` for real outputs), ``b`` a
-    real value computed from it (its squared magnitude).
-    """
-
-    def __init__(self, kind: str, io: str) -> None:
-        super().__init__()
-        self.kind, self.io = kind, io
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Any:
-        xc = x if self.io in ("complex_in", "both") else torch.view_as_complex(x)
-        z = xc * torch.view_as_complex(y) + 1
-        a = z if self.io in ("complex_out", "both") else torch.view_as_real(z)
-        b = torch.view_as_real(z).pow(2).sum(-1)
-        if self.kind == "tensor":
-            return a
-        if self.kind == "tuple":
-            return a, b
-        if self.kind == "list":
-            return [a, b]
-        if self.kind == "dict":
-            return {"prod": a, "energy": b}
-        if self.kind == "namedtuple":
-            return NT(a, b)
-        if self.kind == "dataclass":
-            return DC(a, b)
-        if self.kind == "nested":
-            return a, [b, {"k": b * 2}], NT(a, b)
-        if self.kind == "model_output":
-            return _model_output(a, b)
-        raise ValueError(kind)
-
-
-def inputs_for(io: str, batch: int = 2, seq: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, seq, 4, 2, generator=g)
-    y = torch.randn(batch, seq, 4, 2, generator=g)
-    if io in ("complex_in", "both"):
-        x = torch.view_as_complex(x)
-    return x, y
+inputs_for = OutputKindModel.inputs
 
 
 @functools.cache

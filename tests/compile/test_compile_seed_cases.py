@@ -13,26 +13,7 @@ import torch
 import tetrt_support
 from compile_cases import DC, NT, assert_same_outputs
 
-
-class Eig(torch.nn.Module):
-    """``torch.linalg.eig`` has no complex rule: it runs complex in a fallback block."""
-
-    def forward(self, x: torch.Tensor):
-        return torch.linalg.eig(x + 1)
-
-
-class Eigvals(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.eigvals(x + 1)
-
-
-class CumsumBetween(torch.nn.Module):
-    """complex multiply (engine) -> complex cumsum (no rule: fallback) -> complex multiply (engine)."""
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        z = torch.view_as_complex(x) * torch.view_as_complex(y)
-        c = torch.cumsum(z, dim=1)
-        return {"out": torch.view_as_real(c * torch.view_as_complex(y)), "norm": c.abs()}
+from tetrt_support.complex.signature_cases import CumsumBetween, Eig, Eigvals
 
 
 class Interior(torch.nn.Module):

@@ -17,6 +17,10 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+# Imported before any export: transformers registers its ModelOutput classes as pytree
+# nodes at import, and a registration first made inside a trace is not seen by it.
+from transformers.modeling_outputs import BaseModelOutput
+
 __all__ = [
     "CASES",
     "DC",
@@ -45,6 +49,9 @@ torch.export.register_dataclass(DC)
 
 class OutputModel(torch.nn.Module):
     """``x * y`` in complex arithmetic, returned in the structure ``kind`` names.
+
+    Kinds: tensor, tensor_1x4, tuple, list, dict, namedtuple, dataclass, nested,
+    model_output (an HF ``BaseModelOutput``).
 
     ``io`` says where complex values cross the model's edge: ``"real"`` (interior only),
     ``"complex_in"`` (x is complex), ``"complex_out"`` (the product is returned complex)
@@ -77,6 +84,8 @@ class OutputModel(torch.nn.Module):
             return DC(a, b)
         if kind == "nested":
             return a, [b, {"k": b * 2}], NT(a, b)
+        if kind == "model_output":
+            return BaseModelOutput(last_hidden_state=a, hidden_states=(b,))
         raise ValueError(f"unknown output kind {kind!r}")
 
     @staticmethod
