@@ -222,10 +222,35 @@ print(f"{block.name} runs in {block.runner}; complex ops in it: {len(complex_ops
 print("max abs error < 1e-5:", max_abs_error(ref, out) < 1e-5)
 
 # %% [markdown]
+# ## 10. Save and load
+#
+# A plain `torch.save` of a compiled module loses its class and its pytree codegen (an
+# FX pickle keeps the code, not the codegen object), and `torch.save(ep.module())` fails
+# outright on a local lambda. `tetrt_support.complex.serialization` stores each graph
+# with its codegen; the ONNX Runtime block keeps its model bytes and rebuilds its session
+# on first call. The loaded Llama 4 is called by keyword again:
+
+# %%
+import io
+
+from tetrt_support.complex import serialization
+from tetrt_support.complex.compiler import CompiledModule
+
+buffer = io.BytesIO()
+serialization.save(compiled_llama, buffer)
+buffer.seek(0)
+loaded = serialization.load(buffer)
+again = loaded(input_ids=ids["input_ids"])
+print("a CompiledModule:", isinstance(loaded, CompiledModule), "|", loaded.blocks_summary(), "|", type(again).__name__)
+print("same logits as before saving:", torch.equal(again.logits, out.logits))
+
+# %% [markdown]
 # ## What remains open
 #
-# - **Save/load of the compiled module** is `tetrt_support.complex.serialization`'s
-#   business; the pytree codegen must survive it too (an FX pickle retraces the code).
+# - **Loading is unpickling** (`weights_only=False`): load only files you trust. Output
+#   types (namedtuples, dataclasses, `ModelOutput`s) must be importable where a file is
+#   loaded, and an ONNX Runtime block's weights live in its ONNX bytes, not in the
+#   compiled module's `state_dict`.
 # - **Defaults and `*args`/`**kwargs` of the original `forward`** are not part of the
 #   exported signature: an argument that was not passed at export cannot be passed
 #   later (`unexpected keyword argument`), exactly as with `ep.module()`.
