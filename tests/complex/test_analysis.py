@@ -224,7 +224,7 @@ def test_missing_or_foreign_results_files_are_named(tmp_path) -> None:  # noqa: 
         analysis.load_lowering_results(tmp_path / "other.json")
 
 
-@pytest.mark.parametrize("name", ["complex_rope", "rope_attention", "llama4"])
+@pytest.mark.parametrize("name", ["complex_rope", "rope_attention", "llama4", "llama4_moe"])
 def test_both_tetrt_strategies_leave_no_complex_node_and_match_eager(name: str) -> None:
     from tetrt_support.complex import lower
 
