@@ -32,8 +32,6 @@ import logging
 import matplotlib.pyplot as plt
 import torch
 from torch._dynamo.testing import CompileCounter
-from torch._dynamo.utils import counters
-from torch._library.opaque_object import register_custom_class
 
 from tetrt_support import optional
 from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, MXFP8Quantizer,
@@ -41,6 +39,7 @@ from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuant
 from tetrt_support.quant.distributed import single_process_group
 from tetrt_support.quant.numerics import error_stats
 from tetrt_support.quant.opaque import qdq_op
+from tetrt_support.quant.tracing import IdentityMXFP8Quantizer, compiles_over_steps, make_step, placeholders, trace_over
 
 print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
@@ -55,31 +54,9 @@ print("TransformerEngine was not run here: every number below comes from tetrt_s
 # what an object gets by default, and what a quantizer holding live tensors (FP8 delayed
 # scaling) must keep — each fresh quantizer fails the guard and recompiles. Below: the same
 # MXFP8 numerics once with identity semantics (equal only to itself, baked into FX code by
-# reference), once with the value semantics of `MXFP8Quantizer`.
-
-# %%
-class IdentityMXFP8Quantizer(MXFP8Quantizer):
-    """MXFP8 numerics with identity semantics: == is `is`, the FX code refers to this very object."""
-    _value_semantics = False
-
-    def __fx_repr__(self):
-        return "identity_quantizer", {"identity_quantizer": self}
-
-register_custom_class(IdentityMXFP8Quantizer, typ="constant")
-
-def make_step(cls):
-    """A tiny model around the custom op whose quantizer argument has cls's opaque type."""
-    op = qdq_op(cls)
-    return lambda x, quantizer: torch.relu(op(x * 2.0, quantizer)) + 1.0
-
-def compiles_over_steps(cls, make_quantizer, steps=5):
-    """(frames compiled, Dynamo's unique_graphs counter, outputs equal eager) over `steps` calls."""
-    torch._dynamo.reset(); counters.clear()
-    counter, step = CompileCounter(), make_step(cls)
-    compiled = torch.compile(step, backend=counter, fullgraph=True)
-    x = torch.randn(32, 64)
-    same = all(torch.equal(compiled(x, q), step(x, q)) for q in (make_quantizer() for _ in range(steps)))
-    return counter.frame_count, counters["stats"]["unique_graphs"], same
+# reference; `tetrt_support.quant.tracing.IdentityMXFP8Quantizer`), once with the value
+# semantics of `MXFP8Quantizer`. `compiles_over_steps` compiles a tiny step around the
+# custom op (`make_step`) and calls it with 5 fresh quantizers.
 
 # %%
 rows = [("identity (fresh object each step)", *compiles_over_steps(IdentityMXFP8Quantizer, IdentityMXFP8Quantizer)),
@@ -105,15 +82,9 @@ for name, frames, graphs_seen, same in rows:
 # integer sign mask and is never part of the key.
 
 # %%
-graphs = []
-def capture(gm, example_inputs):
-    graphs.append(gm)
-    return gm
-
-torch._dynamo.reset()
 nvfp4 = NVFP4Quantizer(with_rht=True)
-torch.compile(make_step(NVFP4Quantizer), backend=capture, fullgraph=True)(torch.randn(16, 32), nvfp4)
-print(graphs[0].code.strip())
+traced = trace_over(make_step(NVFP4Quantizer), [nvfp4], torch.randn(16, 32))
+print(traced.graphs[0].code.strip())
 
 # %%
 expr, fx_globals = nvfp4.__fx_repr__()
@@ -142,16 +113,11 @@ class HoistedMXFP8Quantizer(MXFP8Quantizer):
     """MXFP8 registered as a hoisted opaque value: a graph input instead of a constant."""
 
 register_value_opaque_quantizer(HoistedMXFP8Quantizer, hoist=True)
-graphs.clear()
-torch._dynamo.reset()
-step = make_step(HoistedMXFP8Quantizer)
-compiled = torch.compile(step, backend=capture, fullgraph=True)
-x = torch.randn(32, 64)
-outputs = [compiled(x, HoistedMXFP8Quantizer(dtype)) for dtype in (torch.float8_e4m3fn, torch.float8_e5m2)]
-print(graphs[0].code.strip())
-print("placeholders:", [n.target for n in graphs[0].graph.nodes if n.op == "placeholder"])
-print("graphs for two values:", len(graphs), "| matches eager:",
-      all(torch.equal(o, step(x, HoistedMXFP8Quantizer(d))) for o, d in zip(outputs, (torch.float8_e4m3fn, torch.float8_e5m2))))
+hoisted = [HoistedMXFP8Quantizer(dtype) for dtype in (torch.float8_e4m3fn, torch.float8_e5m2)]
+traced = trace_over(make_step(HoistedMXFP8Quantizer), hoisted, torch.randn(32, 64))
+print(traced.graphs[0].code.strip())
+print("placeholders:", placeholders(traced.graphs[0]))
+print("graphs for two values:", len(traced.graphs), "| matches eager:", traced.matches_eager)
 
 # %% [markdown]
 # The quantizer is now the placeholder `L_quantizer_` and the FX code holds no rebuild
@@ -297,6 +263,8 @@ for name, err in errors.items():
     right.hist(err.abs().clamp_min(1e-6).log10().flatten().numpy(), bins=80, histtype="step", label=name)
 right.set_xlabel("log10 |dequantized - original|"); right.set_ylabel("elements"); right.legend(fontsize=7)
 plt.tight_layout(); plt.show()
+
+# %%
 fp8_like = [stats[n]["sqnr_db"] for n in ("FP8 current (E4M3)", "FP8 block 1x128", "MXFP8 1x32")]
 print("FP8-family formats within 0.1 dB of each other:", max(fp8_like) - min(fp8_like) < 0.1)
 same = (errors["FP8 block 1x128"] == errors["MXFP8 1x32"]).double().mean().item()
