@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """TensorProto versus make_empty_traceable, measured: the numbers behind notebook 04.
 
 For both fake-impl strategies of ``tetrt_support.quant.linear.Linear``, on CPU, with a
@@ -16,25 +15,25 @@ tiny MLP (Linear 64->64, ReLU, Linear 64->32, batch 32) trained by SGD under
 - the time of one call of the forward op's fake impl under FakeTensorMode -- where the
   two strategies do different work at compile time -- and of one ``reassemble`` of a
   saved quantized tensor from its flat buffers -- their different work at run time (the
-  backward op does it twice per layer and step); both in CPU time, the fastest of 7 batches;
+  backward op does it twice per layer and step); both in CPU time, the fastest of 7 samples
+  of 40 calls;
 - lines of code (non-blank, non-comment, docstrings excluded) of each strategy's module
   and of the plumbing both share.
 
 Every (strategy, backend, repeat) runs in its own fresh process with its own empty
 inductor cache, after a warm-up compile of a plain nn.Linear step, so that one-time costs
 (imports, the C++ toolchain's first run) and cache hits favour neither strategy; the
-order of the strategies alternates between repeats. Writes
-``benchmarks/results/fake_impls.json`` with the machine, versions and shapes.
-
-    python benchmarks/fake_impls.py                  # ~5 min on 2 loaded cores
-    python benchmarks/fake_impls.py --repeats 1 --backends aot_eager   # a quick look
+order of the strategies alternates between repeats. Run by
+``python -m benchmarks.perf --suites fake_impls`` (~5 min on 2 loaded cores; ``--quick``:
+one repeat, aot_eager only), which writes ``benchmarks/results/fake_impls.json`` with the
+machine, versions and shapes. ``python -m benchmarks.fake_impls STRATEGY BACKEND`` is the
+child process of one (strategy, backend) run, not an entry point.
 
 A script, not a test: timings on a shared machine are noisy, so nothing here asserts.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -44,25 +43,32 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from dataclasses import dataclass
 from typing import Any
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "fake_impls.json"
+from tetrt_support.report.timing import Stopwatch, time_calls
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIZES = (64, 64, 32)
 BATCH = 32
 STEPS = 10  # 1 compiling step + 9 timed steps
-MICRO_BATCHES, CALLS_PER_BATCH = 7, 40  # micro-benchmarks: fastest of 7 batches of 40 calls
+MICRO_BATCHES, CALLS_PER_BATCH = 7, 40  # micro-benchmarks: fastest of 7 samples of 40 calls
 
 
-def _min_us(fn: Any, batches: int = MICRO_BATCHES, calls: int = CALLS_PER_BATCH) -> float:
-    """CPU microseconds per call: the fastest of a few batches (the least disturbed by the shared box)."""
-    best = float("inf")
-    for _ in range(batches):
-        start = time.process_time()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.process_time() - start) / calls)
-    return best * 1e6
+@dataclass(frozen=True)
+class FakeImplSizes:
+    backends: tuple[str, ...] = ("aot_eager", "inductor")
+    repeats: int = 2
+
+
+FULL = FakeImplSizes()
+QUICK = FakeImplSizes(backends=("aot_eager",), repeats=1)
+
+
+def _min_us(fn: Any) -> float:
+    """CPU microseconds per call: the fastest sample (the least disturbed by the shared box)."""
+    timing = time_calls(fn, calls=MICRO_BATCHES * CALLS_PER_BATCH, calls_per_sample=CALLS_PER_BATCH, warmup=0, clock="cpu")
+    return timing.best_s * 1e6
 
 
 def _child(strategy: str, backend: str) -> dict[str, Any]:
@@ -72,7 +78,7 @@ def _child(strategy: str, backend: str) -> dict[str, Any]:
 
     import tetrt_support.quant  # noqa: F401  (registers the quantizers)
     from tetrt_support.quant.fake_impls import get_strategy
-    from tetrt_support.quant.fake_impls.measure import tiny_mlp, train
+    from tetrt_support.report.fake_impl_measure import tiny_mlp, train
     from tetrt_support.quant.ops import flatten_quantized
     from tetrt_support.quant.recipes import RECIPES
 
@@ -118,9 +124,10 @@ def _run_child(strategy: str, backend: str) -> list[dict[str, Any]]:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="tetrt-bench-fake-impls-"),
                TORCHINDUCTOR_COMPILE_THREADS="1")  # compile in-process: its CPU time is then counted
     env.pop("TORCH_LOGS", None)
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", strategy, backend], env=env, check=True, capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, "-m", "benchmarks.fake_impls", strategy, backend],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"fake_impls child ({strategy}, {backend}) failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])["rows"]
 
 
@@ -146,51 +153,36 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", nargs=2, metavar=("STRATEGY", "BACKEND"), help=argparse.SUPPRESS)
-    parser.add_argument("--backends", nargs="+", default=["aot_eager", "inductor"])
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(_child(*args.child)))
-        return
-
+def run(sizes: FakeImplSizes) -> dict[str, Any]:
+    """Every (strategy, backend, repeat) in a fresh child process; the results file's content."""
     import torch
     from tqdm import tqdm
 
     from tetrt_support.quant.fake_impls import FAKE_IMPLS
-    from tetrt_support.quant.fake_impls.measure import strategy_code_lines
+    from tetrt_support.report.fake_impl_measure import strategy_code_lines
 
     jobs = []
-    for repeat in range(args.repeats):
+    for repeat in range(sizes.repeats):
         order = FAKE_IMPLS if repeat % 2 == 0 else tuple(reversed(FAKE_IMPLS))
-        jobs += [(s, b, repeat) for b in args.backends for s in order]
+        jobs += [(s, b, repeat) for b in sizes.backends for s in order]
     rows = []
-    started = time.perf_counter()
-    for strategy, backend, repeat in tqdm(jobs, desc="fake_impls", unit="run"):
-        rows += [dict(r, repeat=repeat) for r in _run_child(strategy, backend)]
-    result = {
-        "benchmark": "fake_impls",
+    with Stopwatch() as wall:
+        for strategy, backend, repeat in tqdm(jobs, desc="fake_impls", unit="run"):
+            rows += [dict(r, repeat=repeat) for r in _run_child(strategy, backend)]
+    return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "loadavg_at_end": list(os.getloadavg()), "threads_per_run": 1,
-            "cuda": torch.cuda.is_available(),
-        },
+        # added to the machine record the entry point took at the start
+        "machine": {"loadavg_at_end": list(os.getloadavg()), "threads_per_run": 1},
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
-        "config": {"mlp_sizes": list(SIZES), "batch": BATCH, "steps": STEPS, "repeats": args.repeats,
-                   "backends": args.backends, "micro_batches": MICRO_BATCHES, "calls_per_batch": CALLS_PER_BATCH, "device": "cpu"},
+        "config": {"mlp_sizes": list(SIZES), "batch": BATCH, "steps": STEPS, "repeats": sizes.repeats,
+                   "backends": list(sizes.backends), "micro_batches": MICRO_BATCHES, "calls_per_batch": CALLS_PER_BATCH,
+                   "device": "cpu"},
         "code_lines": strategy_code_lines(),
         "summary": _summary(rows),
         "rows": rows,
-        "wall_s": time.perf_counter() - started,
+        "wall_s": wall.wall_s,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({"code_lines": result["code_lines"], "summary": result["summary"]}, indent=1))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the child process of one (strategy, backend) run
+    print(json.dumps(_child(*sys.argv[1:3])))

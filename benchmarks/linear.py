@@ -1,8 +1,9 @@
 """Quantized Linear throughput: each recipe against bf16, and FP8 against raw ``torch._scaled_mm``.
 
-Used by ``python -m benchmarks.perf --suites linear``. Every figure is a median over
-back-to-back calls (see :func:`benchmarks.perf.time_fn`); TFLOP/s count ``2*m*n*k`` per GEMM
-(forward: 1 GEMM, forward+backward: 3), quantization included where the row says so.
+Run by ``python -m benchmarks.perf --suites linear``. Every figure is a median over samples
+of back-to-back calls (:func:`tetrt_support.report.timing.time_calls`); TFLOP/s count
+``2*m*n*k`` per GEMM (forward: 1 GEMM, forward+backward: 3), quantization included where
+the row says so.
 """
 
 from __future__ import annotations
@@ -13,20 +14,22 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from benchmarks.record import error_record
+from tetrt_support.report.timing import time_calls
+
 
 def _tflops(gemms: int, m: int, n: int, k: int, seconds: float) -> float:
     return gemms * 2 * m * n * k / seconds / 1e12
 
 
 def _fp8_tensorwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from tetrt_support.quant.float8 import Float8CurrentScalingQuantizer
+    from tetrt_support.quant import Float8CurrentScalingQuantizer
 
     q = Float8CurrentScalingQuantizer().quantize(t)
     return q._data, q._scale_inv.reshape(())
 
 
-def bench_linear_suite(device: str, m: int, n: int, k: int, iters: int, recipes: list[str]) -> dict[str, Any]:
-    from benchmarks.perf import _error, time_fn
+def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[str]) -> dict[str, Any]:
     from tetrt_support.quant.linear import Linear
 
     dtype = torch.bfloat16
@@ -80,10 +83,13 @@ def bench_linear_suite(device: str, m: int, n: int, k: int, iters: int, recipes:
             layer(x, is_first_microbatch=True)  # fills the weight cache for the cached variant
 
     results: dict[str, Any] = {}
+    protocol: dict[str, Any] = {}
     reference = bf16_fwd().float()
     for name, (fn, gemms) in tqdm(cases.items(), desc=f"linear {device}", unit="case"):
         try:
-            seconds = time_fn(fn, device, iters)
+            timing = time_calls(fn, calls=iters, device=device)
+            protocol = timing.protocol() | {"order": "one case after another", "warmup": 3}
+            seconds = timing.median_s
             entry: dict[str, Any] = {"median_s": seconds, "TFLOPs": _tflops(gemms, m, n, k, seconds), "gemms": gemms}
             if name.endswith("forward") or name.endswith("cached_weight") or name == "fp8_scaled_mm_raw":
                 with torch.no_grad():
@@ -91,7 +97,7 @@ def bench_linear_suite(device: str, m: int, n: int, k: int, iters: int, recipes:
                 entry["relative_error_vs_bf16"] = float((out - reference).norm() / reference.norm())
             results[name] = entry
         except Exception as e:  # noqa: BLE001 - record and measure the rest
-            results[name] = _error(e)
+            results[name] = error_record(e)
 
     def ratio(a: str, b: str) -> float | None:
         if "TFLOPs" in results.get(a, {}) and "TFLOPs" in results.get(b, {}):
@@ -110,6 +116,7 @@ def bench_linear_suite(device: str, m: int, n: int, k: int, iters: int, recipes:
         "m_n_k": [m, n, k],
         "dtype": "bfloat16",
         "iters": iters,
+        "timing": protocol,
         "note": "MXFP8 / NVFP4 / FP8-block GEMMs are emulated (dequantize + matmul): the block-scaled "
                 "cuBLASLt GEMMs TransformerEngine uses were not run here.",
         "cases": results,

@@ -1,13 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
-# ---
-
 # %% [markdown]
 # # 01 · Rotary embeddings as complex graphs, and how to lower them to real arithmetic
 #
@@ -27,9 +17,13 @@ from tetrt_support.notebook import setup; setup()
 
 import matplotlib.pyplot as plt
 import torch
+from IPython.display import display
 
 from tetrt_support import optional, zoo
-from tetrt_support.complex import RULES, analysis, lower
+from tetrt_support.complex import RULES, lower
+from tetrt_support.report import complex_graphs as graphs
+from tetrt_support.report import perf, results
+from tetrt_support.report.compare import max_abs_error
 
 print(optional.availability_line())
 
@@ -49,7 +43,7 @@ print(optional.availability_line())
 
 # %%
 rope = zoo.ComplexRoPE(head_dim=16, max_seq_len=32)
-traces = analysis.rope_rotation_traces(rope, pairs=[0, 1, 3, 7], positions=32)
+traces = graphs.rope_rotation_traces(rope, pairs=[0, 1, 3, 7], positions=32)
 fig, ax = plt.subplots(figsize=(4.2, 4.2))
 for t in traces:
     ax.plot(t.x, t.y, "o-", ms=3, lw=0.8, label=f"pair {t.pair}: {t.frequency:.3f} rad/pos")
@@ -59,7 +53,7 @@ plt.show()
 inv_freq = zoo.rope_inverse_frequencies(16)
 print("every point on the unit circle:", all(torch.allclose(t.x**2 + t.y**2, torch.ones(32)) for t in traces))
 print("pair i turns by theta_i per position:", all(abs(t.frequency - inv_freq[t.pair].item()) < 1e-5 for t in traces))
-print("score depends only on m - n (spread < 1e-4):", analysis.relative_position_invariance(rope, positions=32) < 1e-4)
+print("score depends only on m - n (spread < 1e-4):", graphs.relative_position_invariance(rope, positions=32) < 1e-4)
 
 # %% [markdown]
 # ## 2. The exported ATen graph holds complex nodes
@@ -73,7 +67,7 @@ print("score depends only on m - n (spread < 1e-4):", analysis.relative_position
 rope_model = zoo.build_model("complex_rope")
 rope_ep, rope_args, rope_kwargs = zoo.export_model("complex_rope", model=rope_model)
 print("complex constants:", {k: (str(v.dtype), list(v.shape)) for k, v in rope_ep.constants.items()})
-print(analysis.format_table(analysis.complex_node_rows(rope_ep), ["node", "op", "dtype", "shape"]))
+graphs.complex_node_table(rope_ep)
 
 # %% [markdown]
 # ## 3. What an engine without complex dtypes says
@@ -95,7 +89,7 @@ torch.onnx.export(rope_ep, rope_args, kwargs=rope_kwargs, dynamo=True, verbose=F
 
 # %%
 print(f"{len(RULES)} ATen ops have a rule")
-print(analysis.format_table(analysis.rule_table_rows(RULES), ["rule", "ATen ops it lowers"]))
+graphs.rule_table(RULES)
 
 # %% [markdown]
 # What two rules emit, on one-op programs (real `[..., 2]` in and out, as in RoPE). A
@@ -113,8 +107,8 @@ def polar(magnitude, angle):
     return torch.view_as_real(torch.polar(magnitude, angle))
 
 for fn, inputs in ((complex_mul, (torch.randn(2, 3, 2), torch.randn(2, 3, 2))), (polar, (torch.rand(2, 3), torch.randn(2, 3)))):
-    lowered = lower(analysis.one_op_program(fn, *inputs), strategy="rewrite")
-    print(f"{fn.__name__}:\n  " + "\n  ".join(analysis.lowered_aten_lines(lowered)))
+    lowered = lower(graphs.one_op_program(fn, *inputs), strategy="rewrite")
+    print(f"{fn.__name__}:\n  " + "\n  ".join(graphs.lowered_aten_lines(lowered)))
 
 # %% [markdown]
 # ## 5. Two strategies, side by side
@@ -128,23 +122,23 @@ for fn, inputs in ((complex_mul, (torch.randn(2, 3, 2), torch.randn(2, 3, 2))), 
 #   new graph.
 #
 # Both must return a graph without complex values that is called like `ep.module()` and
-# gives the eager numbers. (Timings are not stable outputs; the benchmark in section 10
-# measures them.)
+# gives the eager numbers. One column per graph below; timings are not stable outputs, the
+# benchmark in section 10 measures them.
 
 # %%
-strategies = [analysis.Strategy(s, lambda ep, args, kwargs, s=s: lower(ep, strategy=s)) for s in ("rewrite", "retrace")]
+strategies = [graphs.tetrt_strategy("rewrite"), graphs.tetrt_strategy("retrace")]
 with torch.no_grad():
     rope_eager = rope_model(*rope_args, **rope_kwargs)
-rope_reports = analysis.compare_strategies(rope_ep, rope_args, rope_kwargs, strategies, reference=rope_eager)
-print(analysis.format_table(*analysis.strategy_rows(rope_ep, rope_reports)))
+rope_reports = graphs.compare_strategies(rope_ep, rope_args, rope_kwargs, strategies, reference=rope_eager)
+graphs.strategy_table(rope_ep, rope_reports).transposed(corner="")
 
 # %% [markdown]
 # What each leaves behind, op by op (the complex ops all disappear; real selects, stacks
 # and arithmetic take their place):
 
 # %%
-histograms = {"exported": analysis.op_histogram(rope_ep)} | {r.strategy: analysis.op_histogram(r.graph) for r in rope_reports}
-print(analysis.format_table(analysis.histogram_rows(histograms), ["op", *histograms]))
+histograms = {"exported": graphs.op_histogram(rope_ep)} | {r.strategy: graphs.op_histogram(r.graph) for r in rope_reports}
+graphs.histogram_table(histograms)
 
 # %% [markdown]
 # Dynamic shapes survive: exported with a dynamic batch and sequence
@@ -159,7 +153,7 @@ for strategy in ("rewrite", "retrace"):
     for batch, seq in ((1, 5), (3, 11), (2, 40)):
         (hidden,), kw = zoo.example_inputs("rope_attention", attn, batch=batch, seq=seq, seed=batch)
         with torch.no_grad():
-            error = analysis.max_abs_error(attn(hidden, **kw), attn_gm(hidden, attention_mask=kw["attention_mask"]))
+            error = max_abs_error(attn(hidden, **kw), attn_gm(hidden, attention_mask=kw["attention_mask"]))
         print(f"{strategy}: batch={batch} seq={seq:>2}  max abs error < 1e-5: {error < 1e-5}")
 
 # %% [markdown]
@@ -177,7 +171,7 @@ for strategy in ("rewrite", "retrace"):
     compiled = tetrt_support.compile(rope_ep, backend="onnxruntime", strategy=strategy)
     with torch.no_grad():
         out = compiled(*rope_args, **rope_kwargs)
-    print(f"{strategy}: {compiled.blocks_summary()}; max abs error < 1e-5: {analysis.max_abs_error(rope_eager, out) < 1e-5}")
+    print(f"{strategy}: {compiled.blocks_summary()}; max abs error < 1e-5: {max_abs_error(rope_eager, out) < 1e-5}")
     for block in compiled.blocks():
         print(f"  {block.name} ({block.runner}): {len(block.ops)} ops; complex ops: {any('complex' in op or 'polar' in op for op in block.ops)}"
               + ("" if block.kind == "engine" else f"; {sorted(set(block.ops))}"))
@@ -193,12 +187,12 @@ for strategy in ("rewrite", "retrace"):
 # %%
 llama = zoo.tiny_llama4(num_layers=2, with_moe=False, seed=0)
 llama_ep, llama_args, llama_kwargs = zoo.export_llama4(llama, batch=2, seq=8)
-llama_hist = analysis.op_histogram(llama_ep)
+llama_hist = graphs.op_histogram(llama_ep)
 print({op: llama_hist[op] for op in ("aten.polar.default", "aten.view_as_complex.default", "aten.view_as_real.default")})
-print("complex-valued nodes:", len(analysis.complex_valued_nodes(llama_ep)))
-llama_rows = analysis.complex_node_rows(llama_ep)
-print(f"first 9 of the {len(llama_rows)} nodes that produce or read complex values:")
-print(analysis.format_table(llama_rows[:9], ["node", "op", "dtype", "shape"]))
+print("complex-valued nodes:", len(graphs.complex_valued_nodes(llama_ep)))
+llama_nodes = graphs.complex_node_table(llama_ep)
+print(f"first 9 of the {len(llama_nodes.rows)} nodes that produce or read complex values:")
+llama_nodes.head(9)
 
 # %% [markdown]
 # Both strategies on the whole model; the lowered modules are called with `input_ids=` and
@@ -207,8 +201,8 @@ print(analysis.format_table(llama_rows[:9], ["node", "op", "dtype", "shape"]))
 # %%
 with torch.no_grad():
     llama_eager = llama(**llama_kwargs)
-llama_reports = analysis.compare_strategies(llama_ep, llama_args, llama_kwargs, strategies, reference=llama_eager)
-print(analysis.format_table(*analysis.strategy_rows(llama_ep, llama_reports)))
+llama_reports = graphs.compare_strategies(llama_ep, llama_args, llama_kwargs, strategies, reference=llama_eager)
+display(graphs.strategy_table(llama_ep, llama_reports).transposed(corner=""))
 for r in llama_reports:
     with torch.no_grad():
         out = r.graph(input_ids=llama_kwargs["input_ids"])
@@ -225,13 +219,13 @@ for r in llama_reports:
 # %%
 half_model = zoo.build_model("rotate_half_rope")
 half_ep, _, _ = zoo.export_model("rotate_half_rope", model=half_model)
-print("complex nodes in the rotate-half graph:", len(analysis.complex_node_rows(half_ep)))
-print("ops:", dict(sorted(analysis.op_histogram(half_ep).items())))
+print("complex nodes in the rotate-half graph:", len(graphs.complex_node_table(half_ep).rows))
+print("ops:", dict(sorted(graphs.op_histogram(half_ep).items())))
 q, k = rope_args
 with torch.no_grad():
     half_q, half_k = half_model(zoo.interleaved_to_half(q), zoo.interleaved_to_half(k))
 print("complex RoPE == rotate-half RoPE after the permutation (max abs error < 1e-5):",
-      analysis.max_abs_error((zoo.interleaved_to_half(rope_eager[0]), zoo.interleaved_to_half(rope_eager[1])), (half_q, half_k)) < 1e-5)
+      max_abs_error((zoo.interleaved_to_half(rope_eager[0]), zoo.interleaved_to_half(rope_eager[1])), (half_q, half_k)) < 1e-5)
 
 # %% [markdown]
 # ## 9. torch's own pass: `decompose_complex_in_graph`
@@ -244,12 +238,11 @@ print("complex RoPE == rotate-half RoPE after the permutation (max abs error < 1
 # `view_as_complex` and `polar` in the graph, and the result takes flat positional inputs.
 
 # %%
-if analysis.torch_decompose_available():
-    torch_strategy = [analysis.Strategy("decompose_complex_in_graph", analysis.torch_decompose_complex, flat_inputs=True)]
+if graphs.torch_decompose_available():
     for label, (ep, args, kwargs, eager) in {"complex_rope": (rope_ep, rope_args, rope_kwargs, rope_eager),
                                              "llama4": (llama_ep, llama_args, llama_kwargs, llama_eager)}.items():
-        (report,) = analysis.compare_strategies(ep, args, kwargs, torch_strategy, reference=eager)
-        print(label); print(analysis.format_table(*analysis.strategy_rows(ep, [report])))
+        (report,) = graphs.compare_strategies(ep, args, kwargs, [graphs.TORCH_DECOMPOSE], reference=eager)
+        print(label); display(graphs.strategy_table(ep, [report]).transposed(corner=""))
         out = report.graph(*torch.utils._pytree.tree_leaves((args, kwargs)))
         print(f"called with flat inputs; returns {type(out).__name__} where the model returns {type(eager).__name__}\n")
 else:
@@ -258,19 +251,20 @@ else:
 # %% [markdown]
 # ## 10. Lowering time against model size (stored benchmark)
 #
-# `benchmarks/lowering.py` lowers tiny Llama 4 models of 2 to 32 layers with each
-# strategy (median of a few repeats) and writes `benchmarks/results/lowering.json`. The
+# `python -m benchmarks.perf --suites lowering` lowers tiny Llama 4 models of 2 to 32
+# layers with each strategy (median of a few repeats) and writes
+# `benchmarks/results/lowering.json`. The
 # plot and the lines below read that file: they are the measured figures of one run, not
 # re-measured here.
 
 # %%
-bench = analysis.load_lowering_results("../benchmarks/results/lowering.json")
+bench = results.load("../benchmarks/results/lowering.json", "lowering")
 fig, ax = plt.subplots()
-for name, (layers, seconds) in analysis.lowering_curves(bench).items():
+for name, (layers, seconds) in perf.lowering_curves(bench).items():
     ax.plot(layers, seconds, "o-", label=name)
 ax.set_xlabel("decoder layers"); ax.set_ylabel("lowering time, median (s)"); ax.legend(); ax.set_title("Lowering time, tiny Llama 4")
 plt.show()
-print("\n".join(analysis.lowering_claims(bench)))
+print("\n".join(perf.lowering_claims(bench)))
 
 # %% [markdown]
 # ## What remains open
@@ -285,7 +279,8 @@ print("\n".join(analysis.lowering_claims(bench)))
 #   graph at all; on this CPU it is not a speed-up. In the stored run (section 10) the
 #   lowered RoPE takes ~28x complex eager's time in eager PyTorch (many small strided
 #   kernels instead of one complex multiply) and ~3x under inductor. On an H200 the
-#   lowered graph under torch.compile beat complex eager (DESIGN.md §5); that GPU figure
-#   was not re-measured here, and TensorRT itself was not run here.
+#   lowered graph under torch.compile reaches 96-97% of a clone's bandwidth, where complex
+#   RoPE stays at 84-86% (notebook 05, from the stored H200 run); TensorRT itself was not
+#   run anywhere.
 # - **torch's pass** leaves complex nodes and drops the pytree signature when applied to
 #   an exported program; bridging it to `torch.export` is future work upstream.

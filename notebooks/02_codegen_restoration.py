@@ -1,13 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
-# ---
-
 # %% [markdown]
 # # 02 · Keeping the exported signature: codegen restoration and complex I/O
 #
@@ -17,12 +7,12 @@
 # — by keyword, returning the same dict / namedtuple / dataclass / `ModelOutput`, with
 # complex tensors in and out?
 #
-# Torch-TensorRT's answer was "not quite", in three places (seed 000: a retrace that loses
-# the pytree codegen, a codegen rebuilt from placeholder names at the complex I/O adapter,
-# an output boundary that misses getitems of multi-output blocks). Every failure below is
-# reproduced for real with `tetrt_support.compile_with_policy` and a
-# `SignaturePolicy` that re-enacts the old code; the last column of the final table is the
-# compiler this project ships, `tetrt_support.compile`.
+# Torch-TensorRT's complex support answered "not quite", in three places: a retrace that
+# loses the pytree codegen, a codegen rebuilt from placeholder names at the complex I/O
+# adapter, an output boundary that misses getitems of multi-output blocks. Every failure
+# below is reproduced for real by `tetrt_support.history`: the shipped compiler's pass list
+# with the old passes swapped in (`compile_as(policy, ...)`). The last column of the final
+# table is the compiler this project ships, `tetrt_support.compile`.
 
 # %%
 from tetrt_support.notebook import setup; setup()
@@ -31,10 +21,10 @@ import torch
 
 from tetrt_support import compile as tetrt_compile
 from tetrt_support import optional, zoo
-from tetrt_support.complex.analysis import format_table, max_abs_error
-from tetrt_support.complex.compiler import compile_with_policy
-from tetrt_support.complex.signature import BEFORE_FIX, EVERY_COMPLEX_OUTPUT, FINAL, FLATTEN_FIX, retrace
-from tetrt_support.complex.signature_cases import Eig, OutputModel, output_mismatch, signature_matrix
+from tetrt_support.history import BEFORE_FIX, EVERY_COMPLEX_OUTPUT, FINAL, FLATTEN_FIX, compile_as, retrace
+from tetrt_support.history import Eig, OutputModel, output_mismatch, signature_matrix
+from tetrt_support.report import format_table
+from tetrt_support.report.compare import max_abs_error
 
 print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
@@ -60,12 +50,12 @@ print(ep.module().code.strip())
 # The decomposition path retraces the graph with `make_fx`. The result has a plain
 # `CodeGen` and placeholders `arg0_1, arg1_1`: called by position it works, called by
 # keyword it does not. On Hugging Face's Llama 4 (tiny config, random weights), whose
-# rotary embedding is complex, this is the error from the review:
+# rotary embedding is complex, this is the error a user calling it by keyword gets:
 
 # %%
 llama = zoo.tiny_llama4()
 llama_export = zoo.export_llama4(llama)
-naive_llama = compile_with_policy(llama_export.program, "eager", "retrace", BEFORE_FIX)
+naive_llama = compile_as(BEFORE_FIX, llama_export.program, "eager", "retrace")
 ids = zoo.llama4_example_inputs(llama, seed=1)
 print(naive_llama.code.strip().splitlines()[0])
 
@@ -133,7 +123,7 @@ print("\nby keyword:", type(fixed(x=x, y=y)).__name__,
 # %%
 xc, yc = OutputModel.inputs("complex_in")
 ep_cin = torch.export.export(OutputModel("tensor", "complex_in"), (xc, yc), strict=False)
-before_cin = compile_with_policy(ep_cin, "eager", "rewrite", BEFORE_FIX)
+before_cin = compile_as(BEFORE_FIX, ep_cin, "eager", "rewrite")
 print(before_cin.code.strip().splitlines()[0])
 
 # %% tags=["raises-exception"]
@@ -162,7 +152,7 @@ final_cin(x=torch.view_as_real(xc), y=yc)
 xo, yo = OutputModel.inputs("complex_out")
 ep_dict = torch.export.export(OutputModel("dict", "complex_out"), (xo, yo), strict=False)
 for policy in (BEFORE_FIX, FINAL):
-    out = compile_with_policy(ep_dict, "onnxruntime", "rewrite", policy)(x=xo, y=yo)
+    out = compile_as(policy, ep_dict, "onnxruntime", "rewrite")(x=xo, y=yo)
     print(f"{policy.name:15s} prod: {out['prod'].dtype}, shape {tuple(out['prod'].shape)}")
 
 # %% [markdown]
@@ -173,7 +163,7 @@ for policy in (BEFORE_FIX, FINAL):
 # %%
 square = torch.randn(4, 4)
 ep_eig = torch.export.export(Eig(), (square,), strict=False)
-blind_eig = compile_with_policy(ep_eig, "onnxruntime", "rewrite", EVERY_COMPLEX_OUTPUT)
+blind_eig = compile_as(EVERY_COMPLEX_OUTPUT, ep_eig, "onnxruntime", "rewrite")
 
 # %% tags=["raises-exception"]
 blind_eig(x=square)
@@ -182,7 +172,7 @@ blind_eig(x=square)
 # The fix unpacks an output only if it is packed real *at the boundary*:
 
 # %%
-final_eig = tetrt_compile(ep_eig, backend="onnxruntime")
+final_eig = tetrt_compile(ep_eig, backend="onnxruntime", min_block_size=1)  # x + 1 alone makes an engine block
 print(final_eig.blocks_summary(), [(b.name, b.kind) for b in final_eig.blocks()])
 print("eig outputs:", [t.dtype for t in final_eig(x=square)],
       "| match eager:", output_mismatch(tuple(Eig()(square)), tuple(final_eig(x=square))) is None)
@@ -226,20 +216,20 @@ print("max abs error < 1e-5:", max_abs_error(ref, out) < 1e-5)
 #
 # A plain `torch.save` of a compiled module loses its class and its pytree codegen (an
 # FX pickle keeps the code, not the codegen object), and `torch.save(ep.module())` fails
-# outright on a local lambda. `tetrt_support.complex.serialization` stores each graph
-# with its codegen; the ONNX Runtime block keeps its model bytes and rebuilds its session
-# on first call. The loaded Llama 4 is called by keyword again:
+# outright on a local lambda. `tetrt_support.save(..., output_format="pickle")` stores
+# each graph with its codegen; the ONNX Runtime block keeps its model bytes and rebuilds
+# its session on first call. The loaded Llama 4 is called by keyword again:
 
 # %%
 import io
 
-from tetrt_support.complex import serialization
-from tetrt_support.complex.compiler import CompiledModule
+import tetrt_support
+from tetrt_support.compiler import CompiledModule
 
 buffer = io.BytesIO()
-serialization.save(compiled_llama, buffer)
+tetrt_support.save(compiled_llama, buffer, output_format="pickle")
 buffer.seek(0)
-loaded = serialization.load(buffer)
+loaded = tetrt_support.load(buffer)
 again = loaded(input_ids=ids["input_ids"])
 print("a CompiledModule:", isinstance(loaded, CompiledModule), "|", loaded.blocks_summary(), "|", type(again).__name__)
 print("same logits as before saving:", torch.equal(again.logits, out.logits))
@@ -258,6 +248,7 @@ print("same logits as before saving:", torch.equal(again.logits, out.logits))
 #   without complex dtypes, with dynamic dims. Whether TensorRT's own converters take
 #   every op of the Llama 4 block (`aten.polar` is lowered away; `_to_copy`, `sym_size`
 #   stay) is for the GPU machine to show.
-# - The old behaviours are re-enacted by policies over the same pipeline; they are
-#   faithful in mechanism (make_fx through the pytree codegen, a codegen built from
-#   placeholder names, a dtype-blind boundary), not copies of Torch-TensorRT's code.
+# - The old behaviours are re-enacted as alternative pass lists over the same passes
+#   (`tetrt_support.history`, outside the shipped pipeline); they are faithful in
+#   mechanism (make_fx through the pytree codegen, a codegen built from placeholder
+#   names, a dtype-blind boundary), not copies of Torch-TensorRT's code.

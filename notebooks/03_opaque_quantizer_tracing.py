@@ -1,13 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
-# ---
-
 # %% [markdown]
 # # 03 · Quantizers as opaque values: how torch.compile traces them
 #
@@ -17,11 +7,12 @@
 # quantizer, recompile exactly once for a different one, and still run on every rank with
 # the same numbers?
 #
-# TransformerEngine's answer (DESIGN.md §4): give the stateless quantizers **value
-# semantics** and register them as torch's opaque *value* ("constant") type. This notebook
-# reproduces that design with `tetrt_support.quant` — real FP8/MXFP8/NVFP4 numerics in
-# pure PyTorch on a CPU — and measures what it buys, what `hoist=True` changes, and the
-# hazards that are still present in torch 2.14.1.
+# TransformerEngine's answer (its `pytorch/dynamo/quantizer_opaque.py`): give the
+# stateless quantizers **value semantics** and register them as torch's opaque *value*
+# ("constant") type. This notebook reproduces that design with `tetrt_support.quant` —
+# TE's FP8/MXFP8/NVFP4 numerics in pure PyTorch on a CPU (checked byte for byte in
+# notebook 07) — and measures what it buys, what `hoist=True` changes, and the hazards
+# that are still present in torch 2.14.1.
 
 # %%
 from tetrt_support.notebook import setup; setup()
@@ -35,11 +26,11 @@ from torch._dynamo.testing import CompileCounter
 
 from tetrt_support import optional
 from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, MXFP8Quantizer,
-                                 NVFP4Quantizer, register_value_opaque_quantizer)
+                                 NVFP4Quantizer, register_value_quantizer)
 from tetrt_support.quant.distributed import single_process_group
+from tetrt_support.quant.dynamo import qdq_op
 from tetrt_support.quant.numerics import error_stats
-from tetrt_support.quant.opaque import qdq_op
-from tetrt_support.quant.tracing import IdentityMXFP8Quantizer, compiles_over_steps, make_step, placeholders, trace_over
+from tetrt_support.report.quant_tracing import IdentityMXFP8Quantizer, compiles_over_steps, make_step, placeholders, trace_over
 
 print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
@@ -54,7 +45,8 @@ print("TransformerEngine was not run here: every number below comes from tetrt_s
 # what an object gets by default, and what a quantizer holding live tensors (FP8 delayed
 # scaling) must keep — each fresh quantizer fails the guard and recompiles. Below: the same
 # MXFP8 numerics once with identity semantics (equal only to itself, baked into FX code by
-# reference; `tetrt_support.quant.tracing.IdentityMXFP8Quantizer`), once with the value
+# reference; `tetrt_support.report.quant_tracing.IdentityMXFP8Quantizer`, a subclass that
+# does not register itself as a value type), once with the value
 # semantics of `MXFP8Quantizer`. `compiles_over_steps` compiles a tiny step around the
 # custom op (`make_step`) and calls it with 5 fresh quantizers.
 
@@ -74,12 +66,15 @@ for name, frames, graphs_seen, same in rows:
 #
 # ## 2. Mechanism: the value chain and the FX code it produces
 #
-# `Quantizer._value_fields()` names the fields; `_value_key()` turns them into a hashable
+# The value fields are the class's annotations, read and checked once by
+# `register_value_quantizer` and stored on the class itself (a subclass that does not
+# register itself keeps identity semantics). `_value_key()` turns them into a hashable
 # `(class, ((field, value), …))` key; `__eq__`, `__hash__` and `__fx_repr__` all go
 # through the key. `__fx_repr__` returns an expression that rebuilds the quantizer from
 # its class — captured in the FX globals, no module-level registry — *without* `__init__`,
 # then calls `_rebuild_derived_state()`: NVFP4's 16×16 Hadamard matrix is rebuilt from its
-# integer sign mask and is never part of the key.
+# integer sign mask and is never part of the key. The expression is self-contained: it
+# evaluates with only the globals it returns (a dtype travels as its name).
 
 # %%
 nvfp4 = NVFP4Quantizer(with_rht=True)
@@ -88,7 +83,7 @@ print(traced.graphs[0].code.strip())
 
 # %%
 expr, fx_globals = nvfp4.__fx_repr__()
-rebuilt = eval(expr, {"torch": torch, **fx_globals})
+rebuilt = eval(expr, dict(fx_globals))  # nothing from the surrounding scope
 x = torch.randn(64, 128)
 a, b = nvfp4.quantize(x), rebuilt.quantize(x)
 print("globals:", sorted(fx_globals))
@@ -106,13 +101,14 @@ print("bit-exact quantization:", all(torch.equal(v.view(torch.uint8), getattr(b,
 # `script_object.py`) keeps the equality guard but no longer bakes the object into the
 # graph: Dynamo lifts it to a graph **input**. The docstring's motivation is compile time
 # in hierarchical compilation — one graph body that several call sites with different
-# constants can share. Same numerics, registered once more with `hoist=True`:
+# constants can share. Same numerics, registered once more with `hoist=True` (a subclass
+# registers itself):
 
 # %%
 class HoistedMXFP8Quantizer(MXFP8Quantizer):
     """MXFP8 registered as a hoisted opaque value: a graph input instead of a constant."""
 
-register_value_opaque_quantizer(HoistedMXFP8Quantizer, hoist=True)
+register_value_quantizer(HoistedMXFP8Quantizer, hoist=True)
 hoisted = [HoistedMXFP8Quantizer(dtype) for dtype in (torch.float8_e4m3fn, torch.float8_e5m2)]
 traced = trace_over(make_step(HoistedMXFP8Quantizer), hoisted, torch.randn(32, 64))
 print(traced.graphs[0].code.strip())
@@ -140,7 +136,7 @@ class StaticMethodMXFP8Quantizer(MXFP8Quantizer):
     def block_size():
         return 32
 
-register_value_opaque_quantizer(StaticMethodMXFP8Quantizer)
+register_value_quantizer(StaticMethodMXFP8Quantizer)
 logging.getLogger("torch._guards").setLevel(logging.CRITICAL)  # it logs the failed guard before raising
 
 def blocks_via_instance(x, quantizer):
@@ -248,12 +244,14 @@ torch.manual_seed(0)
 acts = torch.randn(256, 1024)
 acts[:, torch.randperm(1024)[:8]] *= 20.0
 formats = {"FP8 current (E4M3)": Float8CurrentScalingQuantizer(), "FP8 block 1x128": Float8BlockQuantizer(),
-           "MXFP8 1x32": MXFP8Quantizer(), "NVFP4 1x16": NVFP4Quantizer(), "NVFP4 1x16 + RHT": NVFP4Quantizer(with_rht=True)}
+           "MXFP8 1x32": MXFP8Quantizer(), "NVFP4 1x16": NVFP4Quantizer(),
+           "NVFP4 16x1 (col-wise)": NVFP4Quantizer(rowwise_usage=False, columnwise_usage=True),
+           "NVFP4 16x1 + RHT": NVFP4Quantizer(with_rht=True, rowwise_usage=False, columnwise_usage=True)}
 errors = {name: q.quantize(acts).dequantize() - acts for name, q in formats.items()}
 stats = {name: error_stats(acts, acts + err) for name, err in errors.items()}
-print(f"{'format':20s} {'rel RMS err':>11s} {'max |err|':>9s} {'SQNR dB':>8s}")
+print(f"{'format':22s} {'rel RMS err':>11s} {'max |err|':>9s} {'SQNR dB':>8s}")
 for name, s in stats.items():
-    print(f"{name:20s} {s['rel_rms']:11.4f} {s['max_abs']:9.3f} {s['sqnr_db']:8.2f}")
+    print(f"{name:22s} {s['rel_rms']:11.4f} {s['max_abs']:9.3f} {s['sqnr_db']:8.2f}")
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -269,27 +267,31 @@ fp8_like = [stats[n]["sqnr_db"] for n in ("FP8 current (E4M3)", "FP8 block 1x128
 print("FP8-family formats within 0.1 dB of each other:", max(fp8_like) - min(fp8_like) < 0.1)
 same = (errors["FP8 block 1x128"] == errors["MXFP8 1x32"]).double().mean().item()
 print(f"FP8 block 1x128 and MXFP8 1x32 give the same value for {100 * same:.2f}% of elements (the histograms overlap)")
-print("NVFP4 at least 9 dB below the FP8 family:", max(stats["NVFP4 1x16"]["sqnr_db"], stats["NVFP4 1x16 + RHT"]["sqnr_db"]) < min(fp8_like) - 9)
-print("RHT lowers NVFP4's max |error| here:", stats["NVFP4 1x16 + RHT"]["max_abs"] < stats["NVFP4 1x16"]["max_abs"],
-      "| but also its SQNR:", stats["NVFP4 1x16 + RHT"]["sqnr_db"] < stats["NVFP4 1x16"]["sqnr_db"])
+nvfp4_names = ("NVFP4 1x16", "NVFP4 16x1 (col-wise)", "NVFP4 16x1 + RHT")
+print("NVFP4 at least 9 dB below the FP8 family:", max(stats[n]["sqnr_db"] for n in nvfp4_names) < min(fp8_like) - 9)
+plain, rht = stats["NVFP4 16x1 (col-wise)"], stats["NVFP4 16x1 + RHT"]
+print("RHT on the column-wise operand lowers its max |error|:", rht["max_abs"] < plain["max_abs"],
+      "| and raises its SQNR:", rht["sqnr_db"] > plain["sqnr_db"])
 
 # %% [markdown]
 # The three FP8 formats cost the same here: with E4M3's 3 mantissa bits the error is
 # dominated by rounding, not by the scale's granularity — and both block formats use
 # power-of-two scales, under which E4M3's relative precision is the same in every binade,
 # so the block size matters only for the few values pushed into E4M3's subnormal range. NVFP4 (2 bits of precision,
-# values 0…6) is about 11 dB worse. The random Hadamard transform spreads each outlier
-# over its 16-element block: the worst element gets better, the rest of the block worse,
-# so on this element-wise measure RHT does not pay off. Its purpose in TransformerEngine is
-# the *weight-gradient GEMM*, where both operands are rotated and the rotation cancels
-# inside the dot product — an element-wise error plot cannot show that.
+# values 0…6) is about 11 dB worse. TE applies the random Hadamard transform only to the
+# *column-wise* operand, the one the weight-gradient GEMM reads: its 16-element blocks run
+# along the tokens (M), and the transform (both operands of that GEMM are rotated, so it
+# cancels inside the dot product) spreads each block's large values over the block. On the
+# column-wise operand it lowers both the worst error and the overall error here; the
+# row-wise operand is never transformed.
 #
 # ## 6. What remains open
 #
-# - TransformerEngine itself was not run: its CUDA kernels (swizzled scale layouts,
-#   stochastic rounding, NVFP4's 16×16 2-D weight blocks, post-RHT amax kernels) have no
-#   counterpart here; the numerics follow its reference recipes and are checked against
-#   numpy/ml_dtypes references in `tests/quant/`.
+# - TransformerEngine itself was not run: the numerics are checked byte for byte against
+#   an independent restatement of TE's algorithms (notebook 07, `tests/quant/`), not
+#   against TE's kernels; the swizzled, padded scale copies TE hands to cuBLAS are not
+#   modelled, and stochastically rounded bytes cannot be TE's (its random bits come from
+#   inside its kernels).
 # - The staticmethod-through-instance guard crash (pytorch/pytorch#182741) still
 #   reproduces on torch 2.14.1; the workaround is a convention, kept by a test.
 # - Mutation inside the region is not reported by Dynamo as such — it shows up only as
@@ -301,7 +303,7 @@ print("RHT lowers NVFP4's max |error| here:", stats["NVFP4 1x16 + RHT"]["max_abs
 #   the quantizers give bit-identical results on CUDA and CPU, and the `tests/quant` suite
 #   passes there except the staticmethod test — torch 2.11 lets Dynamo read only
 #   *registered* members of an opaque object, so it refuses `quantizer.some_method()`
-#   before any guard exists. `register_value_opaque_quantizer` therefore registers the
+#   before any guard exists. `register_value_quantizer` therefore registers the
 #   value fields and the opaque flag as `USE_REAL` members; methods called inside a
 #   compiled region would need registering too on 2.11.
 # - Why Dynamo does not recognise a quantizer read from a tensor's `_quantizer` attribute

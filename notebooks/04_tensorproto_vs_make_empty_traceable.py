@@ -1,13 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
-# ---
-
 # %% [markdown]
 # # 04 · TensorProto versus make_empty_traceable: two fake impls for a quantized Linear
 #
@@ -22,8 +12,8 @@
 # - **make_empty_traceable**: allocate a real empty quantized tensor (fake under fake mode)
 #   and stash its flatten names and context as plain attributes.
 #
-# TransformerEngine's reviewers debated exactly this (a PR replacing its 172-line
-# `TensorProto` with `make_empty_traceable`; DESIGN.md §4) without a side-by-side
+# TransformerEngine's reviewers debated exactly this (a TransformerEngine pull request
+# replacing its 172-line `TensorProto` with `make_empty_traceable`) without a side-by-side
 # measurement. This notebook builds both on one op, one Linear and one test suite
 # (`tetrt_support.quant.linear.Linear(..., fake_impl=...)`) and measures them.
 
@@ -31,8 +21,6 @@
 from tetrt_support.notebook import setup; setup()
 
 import inspect
-import json
-import pathlib
 import re
 
 import matplotlib.pyplot as plt
@@ -41,8 +29,9 @@ from torch._dynamo.exc import Unsupported
 
 import tetrt_support.quant  # registers the quantizers as opaque value types
 from tetrt_support import optional
-from tetrt_support.complex.analysis import format_table
-from tetrt_support.quant.fake_impls import FAKE_IMPLS, get_strategy, hazards, make_empty_traceable, measure, tensor_proto
+from tetrt_support.report import format_table, results
+from tetrt_support.quant.fake_impls import FAKE_IMPLS, get_strategy, hazards, make_empty_traceable, tensor_proto
+from tetrt_support.report import fake_impl_measure as measure
 from tetrt_support.quant.linear import Linear
 from tetrt_support.quant.recipes import RECIPES, get_recipe
 
@@ -196,7 +185,7 @@ print(format_table([list(r.values()) for r in rows], list(rows[0])))
 
 # %% [markdown]
 # Code size (non-blank, non-comment lines, docstrings excluded) and the timings of
-# `benchmarks/fake_impls.py` (CPU, the tiny MLP, each strategy × backend in fresh
+# `python -m benchmarks.perf --suites fake_impls` (CPU, the tiny MLP, each strategy × backend in fresh
 # processes with fresh inductor caches, 2 repeats × 4 recipes, medians; loaded from
 # `benchmarks/results/fake_impls.json`). The machine is shared by several jobs, so the
 # times to compare are CPU times (the process's own, plus the C++ compiler's): the wall
@@ -205,7 +194,7 @@ print(format_table([list(r.values()) for r in rows], list(rows[0])))
 # of a saved quantized tensor (their run-time difference; 4 per training step).
 
 # %%
-bench = json.loads(pathlib.Path("../benchmarks/results/fake_impls.json").read_text())
+bench = results.load("../benchmarks/results/fake_impls.json", "fake_impls")
 print(format_table([[k, v] for k, v in bench["code_lines"].items()], ["module (as benchmarked)", "code lines"]))
 print("benchmark:", bench["versions"]["torch"], "|", bench["machine"]["cpu_count"], "CPUs |", "MLP", bench["config"]["mlp_sizes"],
       "batch", bench["config"]["batch"], "| graph breaks in all runs:",

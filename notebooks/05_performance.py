@@ -1,13 +1,3 @@
-# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
-# ---
-
 # %% [markdown]
 # # 05 · Performance on a 2-core CPU and on an H200
 #
@@ -19,9 +9,9 @@
 # point wrote, so a replay shows the same numbers until someone re-measures:
 #
 # ```bash
-# python -m benchmarks.perf --device cpu    # benchmarks/results/perf_cpu.json  (this 2-core machine)
-# python -m benchmarks.perf --device cuda   # benchmarks/results/perf_cuda.json (an H200, torch 2.11)
-# python benchmarks/lowering.py             # benchmarks/results/lowering.json  (lowering time)
+# python -m benchmarks.perf --device cpu --suites rope,attention,linear  # results/perf_cpu.json (this 2-core machine)
+# python -m benchmarks.perf --device cuda                                # results/perf_cuda.json (an H200, torch 2.11)
+# python -m benchmarks.perf --suites lowering                            # results/lowering.json (lowering time)
 # ```
 #
 # Every figure below is a median; every claim is a **ratio of two figures from one
@@ -32,15 +22,16 @@
 from tetrt_support.notebook import setup; setup()
 
 import matplotlib.pyplot as plt
+from IPython.display import display
 
-from tetrt_support import optional, perf_report
-from tetrt_support.complex import analysis
+from tetrt_support import optional
+from tetrt_support.report import perf, results
 
 RESULTS = "../benchmarks/results"
-cuda = perf_report.load_results(f"{RESULTS}/perf_cuda.json")
-cpu = perf_report.load_results(f"{RESULTS}/perf_cpu.json")
-print("GPU file:", perf_report.machine_line(cuda))
-print("CPU file:", perf_report.machine_line(cpu))
+cuda = results.load(f"{RESULTS}/perf_cuda.json", "perf")
+cpu = results.load(f"{RESULTS}/perf_cpu.json", "perf")
+print("GPU file:", perf.machine_line(cuda))
+print("CPU file:", perf.machine_line(cpu))
 print(optional.availability_line())
 
 # %% [markdown]
@@ -56,19 +47,19 @@ print(optional.availability_line())
 # of them alike.
 
 # %%
-print(perf_report.rope_table(cuda))
+perf.rope_table(cuda)
 
 # %%
-names, fractions = perf_report.bandwidth_series(cuda)
+names, fractions = perf.bandwidth_series(cuda)
 fig, ax = plt.subplots(figsize=(7.5, 3.6))
 ax.barh(names, fractions, color=["tab:gray" if n == "clone" else "tab:blue" if n.startswith("lowered") else "tab:orange" for n in names])
-ax.axvline(perf_report.ROPE_TARGET, color="k", linestyle="--", linewidth=1)
+ax.axvline(perf.ROPE_TARGET, color="k", linestyle="--", linewidth=1)
 ax.set_xlabel("fraction of a clone's bandwidth (H200)")
-ax.set_title(f"dashed: target {perf_report.ROPE_TARGET}; blue: lowered; orange: reference", fontsize=9)
+ax.set_title(f"dashed: target {perf.ROPE_TARGET}; blue: lowered; orange: reference", fontsize=9)
 ax.invert_yaxis()
 plt.tight_layout()
 plt.show()
-print("\n".join(perf_report.rope_claims(cuda)))
+print("\n".join(perf.rope_claims(cuda)))
 
 # %% [markdown]
 # **Reading.** Compiled, the lowered graph reaches 96–97% of the clone. In a probe run on
@@ -92,7 +83,7 @@ print("\n".join(perf_report.rope_claims(cuda)))
 # RoPE is a small part of the time, and the lowered graph costs what the complex one does.
 
 # %%
-print(perf_report.attention_table(cuda))
+perf.attention_table(cuda)
 
 # %% [markdown]
 # ## 3. The quantized Linear against bf16 and raw FP8 (H200)
@@ -108,10 +99,10 @@ print(perf_report.attention_table(cuda))
 # emulated (dequantize, then an fp32 matmul), which is why they are 20x slower than bf16.
 
 # %%
-print(perf_report.linear_table(cuda))
+perf.linear_table(cuda)
 
 # %%
-names, tflops = perf_report.tflops_series(cuda)
+names, tflops = perf.tflops_series(cuda)
 fig, ax = plt.subplots(figsize=(7.5, 3.8))
 ax.barh(names, tflops, color=["tab:green" if "fp8" in n else "tab:gray" if "bf16" in n else "tab:purple" for n in names])
 ax.set_xscale("log")
@@ -119,7 +110,7 @@ ax.set_xlabel("TFLOP/s (H200, log scale)")
 ax.invert_yaxis()
 plt.tight_layout()
 plt.show()
-print("\n".join(perf_report.linear_claims(cuda)))
+print("\n".join(perf.linear_claims(cuda)))
 
 # %% [markdown]
 # ## 4. The same on this 2-core CPU
@@ -130,32 +121,27 @@ print("\n".join(perf_report.linear_claims(cuda)))
 # No targets apply to the CPU.
 
 # %%
-print(perf_report.rope_table(cpu))
-print()
-print(perf_report.attention_table(cpu))
-print()
-print(perf_report.linear_table(cpu))
-print()
-print("\n".join(perf_report.target_claims(cpu)))
+display(perf.rope_table(cpu), perf.attention_table(cpu), perf.linear_table(cpu))
+print("\n".join(perf.target_claims(cpu)))
 
 # %% [markdown]
 # ## 5. Lowering time against graph size (CPU)
 #
 # HF Llama 4 with 2 to 32 layers, lowered by both strategies and by torch's own
-# `decompose_complex_in_graph` (stored by `benchmarks/lowering.py`; notebook 01 shows
-# the same file).
+# `decompose_complex_in_graph` (stored by `python -m benchmarks.perf --suites lowering`;
+# notebook 01 shows the same file).
 
 # %%
-bench = analysis.load_lowering_results(f"{RESULTS}/lowering.json")
+bench = results.load(f"{RESULTS}/lowering.json", "lowering")
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
-for name, (layers, seconds) in analysis.lowering_curves(bench).items():
+for name, (layers, seconds) in perf.lowering_curves(bench).items():
     ax.plot(layers, seconds, marker="o", label=name)
 ax.set_xlabel("decoder layers")
 ax.set_ylabel("lowering time (s)")
 ax.legend()
 plt.tight_layout()
 plt.show()
-print("\n".join(analysis.lowering_claims(bench)[:9]))
+print("\n".join(perf.lowering_claims(bench)[:9]))
 
 # %% [markdown]
 # ## What remains open

@@ -1,26 +1,42 @@
-"""Shared test set-up: a private inductor cache and a CI-sized hypothesis profile."""
+"""Shared test set-up: a private inductor cache and the hypothesis profiles.
+
+Profiles (``TETRT_HYPOTHESIS_PROFILE``):
+
+- ``ci`` (default): few, derandomized examples, the same on every run;
+- ``fuzz``: random examples, at least 1000 per property (``TETRT_HYPOTHESIS_EXAMPLES``
+  raises it), for a long local hunt.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Before torch is imported anywhere: a warm shared inductor cache once crashed a compile
-# here (DESIGN.md §4), so every test session gets its own.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-test-inductor-"))
+# (SIGFPE on a graph whose subclass input carried a value-opaque quantizer), so every
+# test session gets its own, removed at exit.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="tetrt-test-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile(
-    "tetrt",
-    max_examples=int(os.environ.get("TETRT_HYPOTHESIS_EXAMPLES", "25")),
+_COMMON = dict(
     deadline=None,  # tracing and exporting are slow and noisy on shared 2-core machines
-    suppress_health_check=[HealthCheck.too_slow],
-    derandomize=True,  # same examples on every CI run
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile("tetrt")
+settings.register_profile(
+    "ci", max_examples=int(os.environ.get("TETRT_HYPOTHESIS_EXAMPLES", "25")), derandomize=True, **_COMMON
+)
+settings.register_profile(
+    "fuzz", max_examples=max(1000, int(os.environ.get("TETRT_HYPOTHESIS_EXAMPLES", "1000"))), **_COMMON
+)
+settings.load_profile(os.environ.get("TETRT_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)

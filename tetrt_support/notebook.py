@@ -2,32 +2,80 @@
 
 nbval compares every stored output, stderr included, so everything that could make a
 replay differ from the stored run is pinned here: seeds, print options, warning filters,
-the matplotlib backend, a private inductor cache (a warm shared cache once crashed a
-compile here, see DESIGN.md §4) and progress bars (they write to stderr).
+the matplotlib backend and figure format, a private inductor cache (a warm shared cache
+once crashed a compile here) and progress bars (they write to stderr).
+
+Stored errors are kept short and free of machine paths: a notebook shows the exception's
+type and message and the innermost frame of the notebook's own code, never the library
+frames, and absolute paths (the virtual environment's ``site-packages``, the checkout,
+the kernel's temporary cell files) are shown relative. nbval compares an error cell's
+exception name and message, not its traceback, so this changes what a reader sees and
+nothing of what a replay asserts.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
+import linecache
 import os
+import pathlib
 import random
+import re
+import shutil
+import site
+import sysconfig
 import tempfile
 import warnings
+from types import TracebackType
+from typing import Any
 
 _INDUCTOR_CACHE: str | None = None
+_CACHE_PREFIX = "tetrt-inductor-"
+_CELL_FILE = re.compile(r"""[^\s"'()]*ipykernel_\d+[/\\]\d+\.py""")
 
 
 def private_inductor_cache() -> str:
-    """Point TORCHINDUCTOR_CACHE_DIR at a fresh directory owned by this process."""
+    """Point TORCHINDUCTOR_CACHE_DIR at a fresh directory owned by this process.
+
+    The directory is removed when the process exits. A process that is killed (nbval
+    stops its kernels that way) cannot clean up after itself, so each new one also
+    removes the directories of processes that no longer exist: the process id is part
+    of the name.
+    """
     global _INDUCTOR_CACHE
     if _INDUCTOR_CACHE is None:
-        _INDUCTOR_CACHE = tempfile.mkdtemp(prefix="tetrt-inductor-")
+        _remove_stale_caches()
+        _INDUCTOR_CACHE = tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}{os.getpid()}-")
+        atexit.register(shutil.rmtree, _INDUCTOR_CACHE, True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
         os.environ["TRITON_CACHE_DIR"] = os.path.join(_INDUCTOR_CACHE, "triton")
     return _INDUCTOR_CACHE
 
 
-def setup(seed: int = 0) -> None:
-    """Make a notebook's outputs reproducible and its stderr quiet."""
+def _remove_stale_caches() -> None:
+    pattern = re.compile(rf"{re.escape(_CACHE_PREFIX)}(\d+)-")
+    for entry in pathlib.Path(tempfile.gettempdir()).glob(f"{_CACHE_PREFIX}*"):
+        match = pattern.match(entry.name)
+        if match and not _process_exists(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def setup(seed: int = 0, *, short_tracebacks: bool = True) -> None:
+    """Make a notebook's outputs reproducible, its stderr quiet and its errors short.
+
+    ``short_tracebacks=False`` keeps IPython's full tracebacks (for debugging a cell).
+    """
     private_inductor_cache()
     os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -46,22 +94,128 @@ def setup(seed: int = 0) -> None:
     warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
     warnings.filterwarnings("ignore", message=".*Casting complex values to real discards.*")
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
+    # A warning that does reach stderr is shown as "Category: message", with no file path.
+    warnings.formatwarning = _format_warning
     import logging
 
     for name in ("torch._dynamo", "torch._inductor", "torch.onnx", "onnxscript", "torch.export"):
         logging.getLogger(name).setLevel(logging.ERROR)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+    shell = _ipython()
+    if shell is not None:
+        _set_short_tracebacks(shell, short_tracebacks)
+    _set_up_matplotlib(shell)
+
+
+def _ipython() -> Any:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _set_up_matplotlib(shell: Any) -> None:
+    """Readable figures: 7.5 x 4 inches at 100 dpi, stored as retina (2x) PNG.
+
+    PNG, not SVG: nbval does not compare PNG bytes, while SVG text (glyph paths, ids)
+    changes with the matplotlib and FreeType versions. A plot's claim is printed beside it.
+    """
     try:
         import matplotlib
-
-        try:
-            get_ipython()  # type: ignore[name-defined]  # noqa: F821
-            matplotlib.use("module://matplotlib_inline.backend_inline")
-        except NameError:
-            matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        plt.rcParams.update({"figure.dpi": 90, "figure.figsize": (7.0, 3.6), "svg.hashsalt": "tetrt"})
     except ImportError:
-        pass
+        return
+    if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+        matplotlib.use("module://matplotlib_inline.backend_inline")
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("retina")
+    else:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 100, "figure.figsize": (7.5, 4.0), "font.size": 10})
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@functools.cache
+def _path_prefixes() -> tuple[str, ...]:
+    """Absolute folders whose prefix a reader does not need: site-packages, the stdlib,
+    the checkout (so ``tetrt_support/...`` and ``torch/...`` remain)."""
+    folders = set(site.getsitepackages()) | {site.getusersitepackages()}
+    paths = sysconfig.get_paths()
+    folders |= {paths["purelib"], paths["platlib"], paths["stdlib"], paths["platstdlib"]}
+    folders.add(str(pathlib.Path(__file__).resolve().parent.parent))  # the checkout
+    cleaned = {os.path.realpath(f) for f in folders if f} | {f for f in folders if f}
+    return tuple(sorted((f.rstrip("/") + "/" for f in cleaned), key=len, reverse=True))
+
+
+def short_paths(text: str, shell: Any = None) -> str:
+    """``text`` with the kernel's cell files named as IPython names them (``Cell In[3]``)
+    and absolute library and checkout paths made relative."""
+
+    def cell_name(match: re.Match[str]) -> str:
+        named = shell.compile.format_code_name(match.group(0)) if shell is not None else None
+        return " ".join(named) if named else "<cell>"
+
+    text = _CELL_FILE.sub(cell_name, text)
+    for prefix in _path_prefixes():
+        text = text.replace(prefix, "")
+    return text
+
+
+def _innermost_cell_frame(shell: Any, tb: TracebackType | None) -> tuple[str, int, str] | None:
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        named = shell.compile.format_code_name(code.co_filename)
+        if named is not None:
+            found = (" ".join(named), tb.tb_lineno, code.co_name, code.co_filename)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    cell, lineno, function, filename = found
+    where = f"{cell}, line {lineno}" + (f", in {function}" if function != "<module>" else "")
+    return where, lineno, linecache.getline(filename, lineno).rstrip()
+
+
+def format_short_exception(shell: Any, etype: type[BaseException], value: BaseException,
+                           tb: TracebackType | None) -> list[str]:
+    """The exception's type and message, after the innermost frame of the notebook's code."""
+    lines = []
+    frame = _innermost_cell_frame(shell, tb)
+    if frame is not None:
+        where, lineno, source = frame
+        lines.append(f"\x1b[36m{where}\x1b[39m")
+        if source:
+            lines.append(f"\x1b[32m----> {lineno}\x1b[39m {source.strip()}")
+        lines.append("")
+    message = short_paths(str(value), shell)
+    lines.append(f"\x1b[31m{etype.__name__}\x1b[39m" + (f": {message}" if message else ""))
+    lines.extend(short_paths(str(note), shell) for note in getattr(value, "__notes__", ()))
+    return lines
+
+
+def _set_short_tracebacks(shell: Any, enabled: bool) -> None:
+    if not enabled:
+        shell.set_custom_exc((), None)
+        return
+
+    def handler(shell: Any, etype: type[BaseException], value: BaseException,
+                tb: TracebackType | None, tb_offset: int | None = None) -> list[str]:
+        stb = format_short_exception(shell, etype, value, tb)
+        # The published message (what nbval compares, what a .ipynb stores) gets short
+        # paths too, with cells named "<cell>": nbval runs cells without history, so an
+        # "In[N]" would differ from the stored run. The exception itself is left as raised.
+        shell._showtraceback(etype, short_paths(str(value)), stb)
+        return stb
+
+    shell.set_custom_exc((Exception,), handler)
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str,
+                    lineno: int, line: str | None = None) -> str:
+    return f"{category.__name__}: {short_paths(str(message))}\n"

@@ -10,8 +10,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from tetrt_support.complex import complex_nodes, lower
-
-STRATEGIES = ("rewrite", "retrace")
+from tetrt_support.complex.lower import STRATEGIES  # noqa: F401 - the tests parametrize over it
 
 
 class Fn(nn.Module):

@@ -11,10 +11,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.graph import _PyTreeCodeGen
 from torch.utils import _pytree as pytree
 
-from complex_testing import export
-from test_lower import DC, NT
-
+from tests.complex.complex_testing import export
+from tests.models import DC, NT, register_case_dataclass
 from tetrt_support.complex import restore_signature, retrace_preserving_signature
+
+register_case_dataclass()  # Outputs("dataclass") returns a DC
 
 
 class Outputs(nn.Module):
@@ -56,7 +57,7 @@ def test_retrace_keeps_keywords_and_output_pytree(kind: str) -> None:
 
 
 def test_retrace_through_the_pytree_codegen_loses_the_signature() -> None:
-    """Why the codegen swap is needed (DESIGN.md §3): a plain make_fx of ep.module()
+    """Why the codegen swap is needed: a plain make_fx of ep.module()
     takes only positional flat arguments, and make_fx records the dataclass output as one
     node, so putting the out_spec back over that graph cannot rebuild the output."""
     x, bias = torch.randn(4), torch.randn(4)

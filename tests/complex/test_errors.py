@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from complex_testing import STRATEGIES, export
+from tests.complex.complex_testing import STRATEGIES, export
 
 from tetrt_support.complex import UnsupportedComplexOp, complex_nodes, lower
 
@@ -22,8 +22,9 @@ class CumsumRope(nn.Module):
         return torch.view_as_real(running * 1j)
 
 
-class Eig(nn.Module):
-    """A multi-output op whose outputs are genuinely complex (eigenvalues, eigenvectors)."""
+class ScaledEig(nn.Module):
+    """A multi-output op whose outputs are genuinely complex (eigenvalues, eigenvectors),
+    one of them used by a complex op that does have a rule (unlike ``tests.models.Eig``)."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         values, vectors = torch.linalg.eig(x + 1)
@@ -56,7 +57,7 @@ def test_fallback_keeps_op_as_complex_island(strategy: str) -> None:
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_fallback_multi_output_op_returns_each_result_through_getitem(strategy: str) -> None:
-    model, x = Eig(), torch.randn(3, 3, dtype=torch.float64)
+    model, x = ScaledEig(), torch.randn(3, 3, dtype=torch.float64)
     gm = lower(export(model, (x,)), strategy, unsupported="fallback")
     assert gm.meta["tetrt_complex_io"] == {"inputs": [None], "outputs": [torch.complex128, torch.complex128]}
     (eig,) = [n for n in gm.graph.nodes if n.target is aten.linalg_eig.default]
@@ -71,7 +72,7 @@ def test_fallback_multi_output_op_returns_each_result_through_getitem(strategy: 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_raise_mode_rejects_the_multi_output_op(strategy: str) -> None:
     with pytest.raises(UnsupportedComplexOp, match=r"aten\.linalg_eig\.default at node 'linalg_eig'"):
-        lower(export(Eig(), (torch.randn(3, 3),)), strategy)
+        lower(export(ScaledEig(), (torch.randn(3, 3),)), strategy)
 
 
 def test_graph_without_meta_values_is_rejected() -> None:

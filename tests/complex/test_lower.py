@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-
 import pytest
 import torch
 import torch.nn as nn
@@ -12,8 +9,8 @@ import torch.nn.functional as F
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
-from complex_testing import STRATEGIES, export, pack
-
+from tests.complex.complex_testing import STRATEGIES, export, pack
+from tests.models import DC, NT, register_case_dataclass
 from tetrt_support.complex import complex_nodes, lower, retrace_preserving_signature
 
 
@@ -128,16 +125,7 @@ def test_complex_parameter_and_nested_buffer(strategy: str) -> None:
     torch.testing.assert_close(gm(x), model(x), rtol=1e-6, atol=1e-6)
 
 
-NT = collections.namedtuple("NT", ["a", "b"])
-
-
-@dataclasses.dataclass
-class DC:
-    a: torch.Tensor
-    b: torch.Tensor
-
-
-torch.export.register_dataclass(DC)
+register_case_dataclass()  # Structured("dataclass") returns a DC
 
 
 class Structured(nn.Module):

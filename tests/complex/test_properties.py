@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.export import Dim
 
-from complex_testing import STRATEGIES, pack
+from tests.complex.complex_testing import STRATEGIES, pack
 
 from tetrt_support.complex import complex_nodes, lower
 

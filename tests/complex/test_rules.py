@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from complex_testing import STRATEGIES, Fn, assert_lowered_matches, crandn, export, pack
+from tests.complex.complex_testing import STRATEGIES, Fn, assert_lowered_matches, crandn, export, pack
 
 from tetrt_support.complex import complex_nodes, lower
 
@@ -150,7 +150,7 @@ def test_rule_matches_eager_complex128(name: str) -> None:
     assert_lowered_matches(fn, args, rtol=1e-10, atol=1e-10)
 
 
-def test_one_rule_table_serves_both_strategies(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_rule_table_serves_both_strategies() -> None:
     """Adding ONE entry to RULES teaches both strategies a new op: complex cumsum is a
     cumsum of the packed pairs along the shifted dim (it has no rule by default)."""
     from tetrt_support.complex import RULES, UnsupportedComplexOp
@@ -166,6 +166,35 @@ def test_one_rule_table_serves_both_strategies(monkeypatch: pytest.MonkeyPatch) 
     fn, args = (lambda a: torch.cumsum(a * 2, dim=-1)), (Z(3, 4),)
     with pytest.raises(UnsupportedComplexOp):
         assert_lowered_matches(fn, args)
-    monkeypatch.setitem(RULES, aten.cumsum.default, cumsum)
-    assert_lowered_matches(fn, args)
+    RULES.register(aten.cumsum.default)(cumsum)
+    try:
+        assert_lowered_matches(fn, args)
+    finally:
+        RULES.unregister(aten.cumsum.default)
     assert sorted(calls) == ["FakeTensor", "Proxy"]
+
+
+def test_rule_table_refuses_a_second_rule_for_an_op() -> None:
+    """A duplicate registration is an error naming the op and both rules, and it leaves
+    the table unchanged (no silent overwrite that depends on import order)."""
+    from tetrt_support.complex import RULES
+
+    aten = torch.ops.aten
+    before = dict(RULES)
+
+    def other_mm(ctx: object, self: object, mat2: object) -> object:
+        raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match=r"aten::mm already has a complex lowering rule .*other_mm"):
+        RULES.register(aten.cumsum.default, aten.mm.default)(other_mm)
+    assert dict(RULES) == before  # cumsum was not half-registered
+    with pytest.raises(KeyError, match="aten::cumsum has no complex lowering rule"):
+        RULES.unregister(aten.cumsum.default)
+
+
+def test_matmul_family_goes_through_the_registry() -> None:
+    from tetrt_support.complex import RULES
+
+    aten = torch.ops.aten
+    for op in (aten.mm.default, aten.bmm.default, aten.matmul.default):
+        assert op in RULES

@@ -18,10 +18,10 @@ from tetrt_support.quant import (
     NVFP4Quantizer,
     Quantizer,
     is_value_opaque_quantizer,
-    register_value_opaque_quantizer,
+    register_value_quantizer,
 )
 from tetrt_support.quant.distributed import single_process_group
-from tetrt_support.quant.opaque import qdq_op
+from tetrt_support.quant.dynamo import qdq_op
 
 
 QDQ_OPS = {cls: qdq_op(cls) for cls in VALUE_QUANTIZERS}
@@ -77,7 +77,7 @@ def test_equal_quantizers_share_a_graph_and_a_new_value_recompiles_once(cls, bac
     model = make_model(cls)
     compiled = torch.compile(model, backend=counter or backend, fullgraph=True)
     x = torch.randn(32, 64)
-    for q in (first, first.copy(), type(first)(**dict(first._value_items()))):
+    for q in (first, first.copy(), type(first)(**dict(first._value_key()[1]))):
         torch.testing.assert_close(compiled(x, q), model(x, q), rtol=0, atol=0)
     for q in (different, different.copy()):
         torch.testing.assert_close(compiled(x, q), model(x, q), rtol=0, atol=0)
@@ -95,8 +95,8 @@ def test_graph_code_rebuilds_the_quantizer_from_its_value() -> None:
     q = NVFP4Quantizer(with_rht=True)
     torch.compile(make_model(NVFP4Quantizer), backend=capture, fullgraph=True)(torch.randn(16, 32), q)
     (code,) = codes
-    assert "tetrt_rebuild_quantizer(tetrt_q_tetrt_support_quant_nvfp4_NVFP4Quantizer" in code
-    assert "('rht_sign_mask', 42797)" in code and "rht_matrix" not in code
+    assert "tetrt_rebuild_quantizer(tetrt_q_tetrt_support_quant_nvfp4_tensor_NVFP4Quantizer" in code
+    assert f"('rht_sign_mask', {q.rht_sign_mask})" in code and "rht_matrix" not in code
 
 
 def test_unregistered_quantizer_runs_through_the_eager_fallback() -> None:
@@ -143,7 +143,7 @@ class _StaticMethodQuantizer(MXFP8Quantizer):
         return k // _StaticMethodQuantizer.block_size()
 
 
-register_value_opaque_quantizer(_StaticMethodQuantizer)
+register_value_quantizer(_StaticMethodQuantizer)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def test_e8m0_rounds_up_to_powers_of_two() -> None:
     rng = np.random.default_rng(0)
     ratios = np.concatenate([2.0 ** rng.uniform(-100, 100, 500), 2.0 ** np.arange(-100, 100), [3.0, 5.0, 0.75]])
     ratios = torch.tensor(ratios, dtype=torch.float32)
-    biased = numerics.e8m0_round_up(ratios)
+    biased = numerics.float_to_e8m0(ratios)
     expected = [_ref_ceil_pow2_exponent(float(r)) + 127 for r in ratios]
     assert biased.tolist() == expected
     decoded = numerics.e8m0_to_float(biased)
@@ -71,11 +71,11 @@ def test_e8m0_rounds_up_to_powers_of_two() -> None:
 def test_torch_e8m0_cast_rounds_to_nearest_which_is_why_we_round_ourselves() -> None:
     ratio = torch.tensor([5.0])  # amax / fp8_max of a block: 5 needs scale 8, nearest gives 4
     assert torch.equal(ratio.to(torch.float8_e8m0fnu).float(), torch.tensor([4.0]))
-    assert numerics.e8m0_to_float(numerics.e8m0_round_up(ratio)).item() == 8.0
+    assert numerics.e8m0_to_float(numerics.float_to_e8m0(ratio)).item() == 8.0
 
 
 def test_e8m0_special_values() -> None:
-    biased = numerics.e8m0_round_up(torch.tensor([0.0, 1e-45, math.inf, math.nan, 2.0**127, 2.0**127 * 1.5]))
+    biased = numerics.float_to_e8m0(torch.tensor([0.0, 1e-45, math.inf, math.nan, 2.0**127, 2.0**127 * 1.5]))
     assert biased.tolist() == [0, 0, 254, 255, 254, 254]
     assert torch.isnan(numerics.e8m0_to_float(torch.tensor([255], dtype=torch.uint8))).all()
 
@@ -96,13 +96,13 @@ def test_cast_to_fp8_matches_ml_dtypes_and_saturates(dtype: torch.dtype, ml: typ
 
 def test_scale_from_amax_rules() -> None:
     amax = torch.tensor([0.0, math.inf, math.nan, 1e-45, 3.0, 448.0])
-    scale = numerics.scale_from_amax(amax, 448.0)
+    scale = numerics.compute_scale_from_amax(amax, 448.0)
     assert scale[:3].tolist() == [1.0, 1.0, 1.0]  # zero and non-finite amax -> 1
     assert scale[3].item() == numerics.FP32_MAX  # 448 / tiny overflows -> fp32 max
     assert scale[4].item() == pytest.approx(448.0 / 3.0) and scale[5].item() == 1.0
-    pow2 = numerics.scale_from_amax(torch.tensor([3.0, 448.0, 0.001]), 448.0, power_of_2=True)
+    pow2 = numerics.compute_scale_from_amax(torch.tensor([3.0, 448.0, 0.001]), 448.0, force_pow_2_scales=True)
     assert pow2.tolist() == [2.0 ** math.floor(math.log2(448.0 / a)) for a in (3.0, 448.0, 0.001)]
-    assert numerics.scale_from_amax(torch.tensor([0.0]), 448.0, epsilon=1.0).item() == 448.0
+    assert numerics.compute_scale_from_amax(torch.tensor([0.0]), 448.0, epsilon=1.0).item() == 448.0
 
 
 def test_hadamard_is_orthonormal_sylvester_with_sign_rows() -> None:

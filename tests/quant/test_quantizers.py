@@ -161,21 +161,30 @@ def test_zeros_quantize_to_exact_zeros(cls) -> None:
 
 
 @pytest.mark.parametrize("cls", ALL_QUANTIZERS, ids=lambda c: c.__name__)
-def test_inf_saturates_and_nan_propagates(cls) -> None:
+def test_inf_saturates_and_nan_stays_in_its_element(cls) -> None:
+    """As TE's kernels: amaxes ignore NaN (fmaxf), so a NaN never changes a scale."""
     x = torch.randn(32, 64)
     x[0, 0] = math.inf
     x[1, 1] = -math.inf
     x[2, 2] = math.nan
-    out = cls().quantize(x).dequantize()
+    t = cls().quantize(x)
+    out = t.dequantize()
+    if cls is NVFP4Quantizer:
+        # Encoded with S = 1 (S = 2688 / inf = 0 -> 1): the inf saturates to code 7, the NaN
+        # is code 0 (E2M1 has no NaN) ...
+        codes = numerics.unpack_fp4(t._rowwise_data)
+        assert codes[0, 0].item() == 7 and codes[1, 1].item() == 15 and codes[2, 2].item() == 0
+        # ... and TE's dequantize kernel multiplies by the stored amax, inf: nothing finite remains.
+        assert out[0, 0].item() == math.inf and out[1, 1].item() == -math.inf
+        assert not torch.isfinite(out).any()
+        return
     if cls is MXFP8Quantizer:  # the E8M0 scale saturates at 2**127 and 448 * 2**127 overflows fp32
         assert out[0, 0].item() == math.inf and out[1, 1].item() == -math.inf
         assert (out[0, 1:32] == 0).all()  # the rest of an inf block flushes to zero
     else:  # saturates to the largest finite value the format can express
         assert torch.isfinite(out[0, 0]) and out[0, 0] > 0 and torch.isfinite(out[1, 1]) and out[1, 1] < 0
     assert torch.isnan(out[2, 2])
-    if cls in (MXFP8Quantizer, NVFP4Quantizer):  # the block scale carries the NaN: its block only
-        block = 32 if cls is MXFP8Quantizer else 16
-        assert torch.isnan(out[2, :block]).all() and not torch.isnan(out[2, block:]).any()
+    assert torch.isfinite(out[2, 3:]).all() and torch.isfinite(out[2, :2]).all()
     rows_without_specials = out[3:]
     assert torch.isfinite(rows_without_specials).all()
 
@@ -199,7 +208,7 @@ def test_delayed_scaling_records_amax_and_updates_scale() -> None:
     assert q.amax_history.tolist() == [5.0, 0.0, 0.0, 0.0]
     q.update_scale()
     assert q.scale.item() == pytest.approx(448.0 / 5.0)
-    assert q.amax_history.tolist() == [0.0, 5.0, 0.0, 0.0]
+    assert q.amax_history.tolist() == [0.0, 0.0, 0.0, 5.0]  # TE rolls toward the front: the newest goes last
     clone = q.copy()
     assert clone is not q and clone != q and clone.scale is not q.scale  # identity semantics, cloned state
     assert torch.equal(clone.scale, q.scale)
@@ -294,15 +303,22 @@ def test_fp8_error_is_at_most_half_an_e4m3_step(values: list[float], cls) -> Non
     assert torch.all(err <= half_step * (1 + 1e-6)), (err - half_step).max()
 
 
-def test_nvfp4_with_rht_matches_rotate_quantize_unrotate_reference(activations: torch.Tensor) -> None:
+def test_nvfp4_rht_is_rotate_along_m_then_quantize_the_transpose(activations: torch.Tensor) -> None:
+    """RHT on the column-wise operand = the plain row-wise recipe on rotate(x^T), rotated back."""
     mask = 0b0110_1001_1100_0011
     h = np.array([[1.0]])
     for _ in range(4):
         h = np.kron(np.array([[1.0, 1.0], [1.0, -1.0]]), h)
     signs = np.array([-1.0 if (mask >> i) & 1 else 1.0 for i in range(16)])
-    rotation = (signs[:, None] * h / 4.0).astype(np.float32)
-    x = activations.numpy()
-    rotated = (x.reshape(64, 16, 16) @ rotation).reshape(64, 256)
-    expected = (ref_nvfp4(rotated).reshape(64, 16, 16) @ rotation.T).reshape(64, 256)
-    ours = NVFP4Quantizer(with_rht=True, rht_sign_mask=mask).quantize(activations).dequantize().numpy()
-    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+    rotation = torch.tensor(signs[:, None] * h / 4.0, dtype=torch.float32)
+    x_t = activations.t().contiguous()  # (K, M): the column-wise operand, RHT along M
+    rotated = (x_t.double().reshape(256, -1, 16) @ rotation.double()).reshape(256, 64).float()  # rounded once
+    plain = NVFP4Quantizer().quantize(rotated)
+    rht = NVFP4Quantizer(with_rht=True, rht_sign_mask=mask, rowwise_usage=False, columnwise_usage=True).quantize(activations)
+    assert torch.equal(rht._columnwise_data, plain._rowwise_data)
+    assert torch.equal(rht._columnwise_scale_inv.view(torch.uint8), plain._rowwise_scale_inv.view(torch.uint8))
+    assert torch.equal(rht._amax_columnwise, plain._amax_rowwise)
+    unrotated = (plain.dequantize().reshape(256, -1, 16) @ rotation.t()).reshape(256, 64).t()
+    torch.testing.assert_close(rht.dequantize(), unrotated, rtol=1e-6, atol=1e-6)
+    rowwise = NVFP4Quantizer(with_rht=True, rht_sign_mask=mask).quantize(activations)
+    assert torch.equal(rowwise._rowwise_data, NVFP4Quantizer().quantize(activations)._rowwise_data)  # row-wise: no RHT

@@ -1,4 +1,4 @@
-"""The compile-count and graph-capture helpers of tetrt_support.quant.tracing (notebook 03)."""
+"""The compile-count and graph-capture helpers of tetrt_support.report.quant_tracing (notebook 03)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from tetrt_support.quant import MXFP8Quantizer, NVFP4Quantizer, register_value_opaque_quantizer
-from tetrt_support.quant.tracing import (
+from tetrt_support.quant import MXFP8Quantizer, NVFP4Quantizer, register_value_quantizer
+from tetrt_support.report.quant_tracing import (
     IdentityMXFP8Quantizer,
     compiles_over_steps,
     make_step,
@@ -21,7 +21,7 @@ class _HoistedMXFP8Quantizer(MXFP8Quantizer):
     """Same numerics, lifted to a graph input (``hoist=True``)."""
 
 
-register_value_opaque_quantizer(_HoistedMXFP8Quantizer, hoist=True)
+register_value_quantizer(_HoistedMXFP8Quantizer, hoist=True)
 
 
 @pytest.fixture(autouse=True)

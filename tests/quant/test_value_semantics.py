@@ -19,9 +19,9 @@ from tetrt_support.quant import (
     NVFP4Quantizer,
     Quantizer,
     is_value_opaque_quantizer,
-    register_value_opaque_quantizer,
+    register_value_quantizer,
 )
-from tetrt_support.quant import opaque
+from tetrt_support.quant import dynamo, numerics
 from tetrt_support.quant.distributed import single_process_group
 
 VALUE_CASES = [
@@ -31,12 +31,15 @@ VALUE_CASES = [
     MXFP8Quantizer(columnwise_usage=True),
     NVFP4Quantizer(),
     NVFP4Quantizer(with_rht=True, rht_sign_mask=0x1234, columnwise_usage=True),
+    NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=True),
+    MXFP8Quantizer(torch.float8_e5m2, with_2d_quantization=True, columnwise_usage=True),
+    Float8CurrentScalingQuantizer(amax_epsilon=float("inf")),
 ]
 
 
 def _rebuild(q: Quantizer) -> Quantizer:
     expr, globals_ = q.__fx_repr__()
-    return eval(expr, {"torch": torch, **globals_})  # what FX-generated code does
+    return eval(expr, dict(globals_))  # only its own globals, as TE's test evaluates it
 
 
 @pytest.mark.parametrize("q", VALUE_CASES, ids=repr)
@@ -95,8 +98,8 @@ def test_delayed_scaling_keeps_identity_semantics() -> None:
     assert a != b and a == a and hash(a) != hash(b)
     with pytest.raises(TypeError, match="Float8Quantizer has identity semantics"):
         a._value_key()
-    with pytest.raises(TypeError, match="identity semantics"):
-        register_value_opaque_quantizer(Float8Quantizer)
+    with pytest.raises(TypeError, match="field 'scale' is annotated <class 'torch.Tensor'>"):
+        register_value_quantizer(Float8Quantizer)
     assert not is_value_opaque_quantizer(a)
 
 
@@ -124,19 +127,57 @@ def test_held_process_group_raises_type_error_from_value_key() -> None:
             hash(other)
 
 
-def test_unsupported_value_field_type_is_named() -> None:
+def test_unsupported_value_field_type_is_named_at_registration() -> None:
     class WithListField(MXFP8Quantizer):
-        _format_fields = ("fp8_dtype", "sizes")
+        sizes: list
 
-    q = WithListField()
-    q.sizes = [1, 2]  # a list has no literal, hashable form
-    with pytest.raises(TypeError, match="value field 'sizes' holds a list"):
-        q.__fx_repr__()
+    with pytest.raises(TypeError, match="field 'sizes' is annotated <class 'list'>"):
+        register_value_quantizer(WithListField)
+
+
+def test_registering_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="MXFP8Quantizer is already registered"):
+        register_value_quantizer(MXFP8Quantizer)
+
+
+def test_value_fields_are_the_annotations_declared_once() -> None:
+    assert NVFP4Quantizer().__dict__.keys() >= set(NVFP4Quantizer._value_field_names)
+    assert NVFP4Quantizer._value_field_names == (
+        "rowwise_usage", "columnwise_usage", "internal", "with_rht", "rht_sign_mask", "with_2d_quantization", "stochastic_rounding",
+    )
+
+
+def test_subclass_of_a_value_quantizer_does_not_inherit_value_semantics() -> None:
+    """A subclass is an identity quantizer until it registers itself: its own state could
+    otherwise be ignored by __eq__ and a compiled graph reused for a different quantizer."""
+
+    class Tagged(MXFP8Quantizer):
+        def __init__(self, tag: str) -> None:
+            super().__init__()
+            self.tag = tag
+
+    a, b = Tagged("a"), Tagged("b")
+    assert a != b and hash(a) != hash(b) and a == a
+    assert not is_value_opaque_quantizer(a) and is_value_opaque_quantizer(MXFP8Quantizer())
+    with pytest.raises(TypeError, match="identity semantics"):
+        a.__fx_repr__()
+
+    class TaggedValue(MXFP8Quantizer):
+        tag: str
+
+        def __init__(self, tag: str) -> None:
+            super().__init__()
+            self.tag = tag
+
+    register_value_quantizer(TaggedValue)
+    assert TaggedValue("a") != TaggedValue("b") and TaggedValue("a") == TaggedValue("a")
+    assert is_value_opaque_quantizer(TaggedValue("a"))
+    assert _rebuild(TaggedValue("x")).tag == "x"
 
 
 def test_registration_without_the_api_warns_once_and_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(opaque, "_registration_api", lambda: None)
-    monkeypatch.setattr(opaque, "_warned_missing_api", False)
+    monkeypatch.setattr(dynamo, "_registration_api", lambda: None)
+    monkeypatch.setattr(dynamo, "_warned_missing_api", False)
 
     class A(MXFP8Quantizer):
         pass
@@ -144,15 +185,21 @@ def test_registration_without_the_api_warns_once_and_never_raises(monkeypatch: p
     class B(MXFP8Quantizer):
         pass
 
-    # Subclasses inherit the parent's flag; a fresh class unregistered on this torch is False.
-    A._tetrt_value_opaque = False
-    B._tetrt_value_opaque = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert register_value_opaque_quantizer(A) is A
-        assert register_value_opaque_quantizer(B) is B
+        assert register_value_quantizer(A) is A
+        assert register_value_quantizer(B) is B
     assert len(caught) == 1 and "has no opaque-object API" in str(caught[0].message)
     assert not is_value_opaque_quantizer(A()) and not is_value_opaque_quantizer(B())
+    assert A() == A() and hash(A()) == hash(A())  # value semantics hold without the API
+
+
+def test_fx_repr_needs_nothing_from_the_surrounding_scope() -> None:
+    """Every value quantizer's expression evaluates with only its own globals (no torch)."""
+    for q in VALUE_CASES:
+        expr, globals_ = q.__fx_repr__()
+        assert "torch" not in globals_ and "torch." not in expr
+        assert eval(expr, dict(globals_)) == q
 
 
 def test_no_staticmethod_is_called_through_an_instance() -> None:

@@ -24,15 +24,6 @@ aten = torch.ops.aten
 
 Unsupported = Literal["raise", "fallback"]
 
-# torch.export's input-guard submodule: it checks the sizes of the inputs, which keep
-# their leading dims when packed, so both strategies leave it alone.
-GUARDS_FN = "_guards_fn"
-
-
-def is_guards_call(node: fx.Node) -> bool:
-    return node.op == "call_module" and node.target == GUARDS_FN
-
-
 def program_fake_mode(gm: fx.GraphModule) -> Any:
     """The fake mode (and so the ShapeEnv of symbolic dims) of ``gm``'s meta values."""
     mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes])

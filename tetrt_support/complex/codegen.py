@@ -6,7 +6,8 @@ and keyword arguments, flattens them by ``in_spec`` and rebuilds the output pytr
 ``arg0_1, ...`` (keyword calls fail), and, worse, traces THROUGH the output rebuild:
 make_fx records a namedtuple or registered dataclass output as ONE call_function node.
 Restoring the out_spec over such a graph, or flattening its output, is wrong (a
-dataclass is not iterable; a dict comes back as its keys; see DESIGN.md §3).
+dataclass is not iterable; a dict comes back as its keys: :mod:`tetrt_support.history`
+re-enacts both).
 
 The right fix, implemented here: give the graph a plain ``CodeGen()`` WHILE retracing,
 so the retrace sees flat inputs and returns the graph's flat outputs; then put the

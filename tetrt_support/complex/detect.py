@@ -1,4 +1,5 @@
-"""Find the nodes of an ATen graph that produce or consume complex values."""
+"""Find the nodes of an ATen graph that produce or consume complex values, and the
+node that is torch.export's input-guard call."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-__all__ = ["complex_nodes", "is_complex_value", "touches_complex"]
+__all__ = ["GUARDS_FN", "complex_nodes", "is_complex_value", "is_guards_call", "touches_complex"]
+
+#: The submodule ``ep.module()`` calls first to check the export's shape guards on its
+#: inputs. Not a complex op: the lowering leaves it alone (packed inputs keep their leading
+#: dims), the compiler drops it, and serialization cannot pickle it (a local function).
+GUARDS_FN = "_guards_fn"
+
+
+def is_guards_call(node: fx.Node) -> bool:
+    """Whether ``node`` is ``ep.module()``'s call of its :data:`GUARDS_FN` submodule."""
+    return node.op == "call_module" and node.target == GUARDS_FN
 
 
 def is_complex_value(val: Any) -> bool:

@@ -12,9 +12,11 @@ from tetrt_support.complex._inline import inline_complex_wrappers
 from tetrt_support.complex.retrace import retrace_complex
 from tetrt_support.complex.rewrite import rewrite_complex
 
-__all__ = ["lower"]
+__all__ = ["STRATEGIES", "complex_io", "lower"]
 
 Strategy = Literal["rewrite", "retrace"]
+#: the two ways to lower: an in-place FX rewrite, or a make_fx retrace
+STRATEGIES: tuple[str, ...] = ("rewrite", "retrace")
 
 
 def _as_graph_module(program: Any) -> fx.GraphModule:
@@ -64,7 +66,7 @@ def lower(
     rule; ``"fallback"`` keeps it as a complex island between ``view_as_complex`` and
     ``view_as_real`` for a PyTorch fallback block.
     """
-    if strategy not in ("rewrite", "retrace"):
+    if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be 'rewrite' or 'retrace', got {strategy!r}")
     if unsupported not in ("raise", "fallback"):
         raise ValueError(f"unsupported must be 'raise' or 'fallback', got {unsupported!r}")

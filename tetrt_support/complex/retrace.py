@@ -26,16 +26,14 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from tetrt_support.complex._attrs import pack_complex_attributes, tensor_names_by_identity
 from tetrt_support.complex._driver import (
-    GUARDS_FN,
     Unsupported,
     check_packed,
     expected_packed,
-    is_guards_call,
     lower_node,
     program_fake_mode,
 )
 from tetrt_support.complex.codegen import retrace_preserving_signature
-from tetrt_support.complex.detect import touches_complex
+from tetrt_support.complex.detect import GUARDS_FN, is_guards_call, touches_complex
 
 __all__ = ["retrace_complex"]
 

@@ -24,11 +24,10 @@ from tetrt_support.complex._driver import (
     Unsupported,
     check_packed,
     expected_packed,
-    is_guards_call,
     lower_node,
     program_fake_mode,
 )
-from tetrt_support.complex.detect import touches_complex
+from tetrt_support.complex.detect import is_guards_call, touches_complex
 
 __all__ = ["rewrite_complex"]
 

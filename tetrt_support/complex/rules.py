@@ -25,6 +25,9 @@ size, so dynamic (symbolic) batch and sequence dims survive.
 from __future__ import annotations
 
 import cmath
+import itertools
+import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,12 +37,76 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from tetrt_support.complex.detect import is_complex_value
 
-__all__ = ["RULES", "Rule", "RuleContext", "bind_arguments", "real_dtype", "rule_for"]
+__all__ = ["RULES", "Rule", "RuleContext", "RuleRegistry", "bind_arguments", "real_dtype", "register", "rule_for"]
 
 aten = torch.ops.aten
 
 Rule = Callable[..., Any]
-RULES: dict[Any, Rule] = {}
+
+
+class RuleRegistry(Mapping[Any, Rule]):
+    """The op -> rule table, read as a mapping, written only through :meth:`register`.
+
+    Registering a second rule for an op is refused (as ``torch.utils._pytree`` refuses a
+    second registration of a node type): a silent overwrite would change what one strategy
+    or both emit depending on import order. Replacing a rule is an explicit
+    :meth:`unregister` followed by :meth:`register`."""
+
+    def __init__(self) -> None:
+        self._rules: dict[Any, Rule] = {}
+
+    def register(self, *ops: Any) -> Callable[[Rule], Rule]:
+        """Decorator: ``fn`` becomes the rule of every op in ``ops``."""
+        if not ops:
+            raise TypeError("register() needs at least one op")
+
+        if len(set(ops)) != len(ops):
+            raise ValueError(f"register() got the same op twice: {[_op_label(op) for op in ops]}")
+
+        def deco(fn: Rule) -> Rule:
+            for op in ops:  # check all before adding any: a refused call changes nothing
+                if op in self._rules:
+                    raise ValueError(
+                        f"{_op_label(op)} already has a complex lowering rule "
+                        f"({_rule_label(self._rules[op])}); refusing to register {_rule_label(fn)} "
+                        f"for it. Unregister the existing rule first to replace it."
+                    )
+            for op in ops:
+                self._rules[op] = fn
+            return fn
+
+        return deco
+
+    def unregister(self, op: Any) -> Rule:
+        """Remove and return the rule of ``op``; KeyError naming the op if it has none."""
+        try:
+            return self._rules.pop(op)
+        except KeyError:
+            raise KeyError(f"{_op_label(op)} has no complex lowering rule to unregister") from None
+
+    def __getitem__(self, op: Any) -> Rule:
+        return self._rules[op]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rules)  # registration order
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __repr__(self) -> str:
+        return f"RuleRegistry({len(self)} ops)"
+
+
+def _op_label(op: Any) -> str:
+    return op.name() if isinstance(op, torch._ops.OpOverload) else repr(op)
+
+
+def _rule_label(fn: Rule) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+RULES = RuleRegistry()
+register = RULES.register
 
 
 @dataclass(frozen=True)
@@ -97,15 +164,6 @@ def bind_arguments(target: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         else:
             raise TypeError(f"{target}: missing argument {arg.name!r}")
     return bound
-
-
-def register(*ops: Any) -> Callable[[Rule], Rule]:
-    def deco(fn: Rule) -> Rule:
-        for op in ops:
-            RULES[op] = fn
-        return fn
-
-    return deco
 
 
 def rule_for(target: Any) -> Rule | None:
@@ -228,11 +286,14 @@ def _polar(mag: Any, ang: Any) -> Any:
 
 
 def _exp_packed(x: Any) -> Any:
-    return _polar(aten.exp.default(_re(x)), _im(x))
+    # exp(x + 0i) is exp(x) + 0i even where exp(x) overflows (inf * sin(0) would be NaN)
+    mag, ang = aten.exp.default(_re(x)), _im(x)
+    im = aten.mul.Tensor(mag, aten.sin.default(ang))
+    return _pack(aten.mul.Tensor(mag, aten.cos.default(ang)), aten.where.self(aten.eq.Scalar(ang, 0.0), ang, im))
 
 
 def _log_packed(x: Any) -> Any:
-    return _pack(aten.log.default(aten.sqrt.default(_abs2(x))), aten.atan2.default(_im(x), _re(x)))
+    return _pack(*_log_parts(_re(x), _im(x)))
 
 
 def _mul_packed(a: Any, b: Any) -> Any:
@@ -241,11 +302,9 @@ def _mul_packed(a: Any, b: Any) -> Any:
 
 
 def _div_packed(a: Any, b: Any) -> Any:
-    ar, ai, br, bi = _re(a), _im(a), _re(b), _im(b)
-    den = aten.add.Tensor(aten.mul.Tensor(br, br), aten.mul.Tensor(bi, bi))
-    re = aten.add.Tensor(aten.mul.Tensor(ar, br), aten.mul.Tensor(ai, bi))
-    im = aten.sub.Tensor(aten.mul.Tensor(ai, br), aten.mul.Tensor(ar, bi))
-    return _pack(aten.div.Tensor(re, den), aten.div.Tensor(im, den))
+    """Complex division by torch's scaled algorithm (:func:`_div_parts`): the textbook
+    ``(ac + bd) / (c^2 + d^2)`` overflows once ``|b|`` passes ``sqrt(max float)``."""
+    return _pack(*_div_parts(_re(a), _im(a), _re(b), _im(b)))
 
 
 # ------------------------------------------------------------------ elementwise arithmetic
@@ -354,13 +413,14 @@ def lift_fresh_copy(ctx: RuleContext, self: Any) -> Any:
 
 @register(aten.reciprocal.default)
 def reciprocal(ctx: RuleContext, self: Any) -> Any:
-    den = _abs2(self)
-    return _pack(aten.div.Tensor(_re(self), den), aten.neg.default(aten.div.Tensor(_im(self), den)))
+    """``1 / z`` by the scaled division (torch's complex ``reciprocal`` is ``1 / z``)."""
+    re, im = _re(self), _im(self)
+    return _pack(*_div_parts(aten.ones_like.default(re), aten.zeros_like.default(im), re, im))
 
 
 @register(aten.abs.default)
 def abs_(ctx: RuleContext, self: Any) -> Any:
-    return aten.sqrt.default(_abs2(self))
+    return _magnitude(_re(self), _im(self))  # a scaled hypot, as std::abs: no overflow
 
 
 @register(aten.angle.default)
@@ -411,8 +471,7 @@ def log(ctx: RuleContext, self: Any) -> Any:
 
 @register(aten.sqrt.default)
 def sqrt(ctx: RuleContext, self: Any) -> Any:
-    mag = aten.sqrt.default(aten.sqrt.default(_abs2(self)))
-    return _polar(mag, aten.mul.Tensor(aten.atan2.default(_im(self), _re(self)), 0.5))
+    return _pack(*_sqrt_parts(_re(self), _im(self)))
 
 
 @register(aten.pow.Tensor_Scalar)
@@ -788,6 +847,581 @@ def _matmul(op: Any) -> Rule:
     return rule
 
 
-RULES[aten.mm.default] = _matmul(aten.mm.default)
-RULES[aten.bmm.default] = _matmul(aten.bmm.default)
-RULES[aten.matmul.default] = _matmul(aten.matmul.default)
+for _op in (aten.mm.default, aten.bmm.default, aten.matmul.default):
+    register(_op)(_matmul(_op))  # one rule per op: each calls its own product op
+del _op
+
+
+# ------------------------------------------------------------------ robust complex helpers
+# Division, magnitudes and the inverse functions below follow torch's own scalar kernels
+# (c10/util/complex.h and complex_math.h), so that huge, tiny, infinite and NaN inputs give
+# what eager PyTorch gives instead of overflowing where it does not.
+
+
+def _magnitude(re: Any, im: Any) -> Any:
+    """``|re + i im|`` without overflow or underflow (a scaled hypot, as ``std::abs`` is):
+    ``m * sqrt(1 + (n/m)^2)`` with ``m = max(|re|, |im|)``, ``n = min``; inf wins over NaN."""
+    ar, ai = aten.abs.default(re), aten.abs.default(im)
+    big, small = aten.maximum.default(ar, ai), aten.minimum.default(ar, ai)
+    safe = aten.where.ScalarSelf(aten.eq.Scalar(big, 0.0), 1.0, big)
+    ratio = aten.div.Tensor(small, safe)
+    mag = aten.mul.Tensor(big, aten.sqrt.default(aten.add.Tensor(aten.mul.Tensor(ratio, ratio), 1.0)))
+    either_inf = aten.logical_or.default(aten.isinf.default(re), aten.isinf.default(im))
+    return aten.where.ScalarSelf(either_inf, float("inf"), mag)
+
+
+def _div_parts(a: Any, b: Any, c: Any, d: Any) -> tuple[Any, Any]:
+    """``(a + ib) / (c + id)`` by c10's scaled algorithm (NumPy's, after Smith): divide by
+    the larger of ``|c|, |d|`` first, so that ``c^2 + d^2`` is never formed and cannot
+    overflow; ``0/0`` gives the same inf/NaN as torch."""
+    abs_c, abs_d = aten.abs.default(c), aten.abs.default(d)
+    c_wins = aten.ge.Tensor(abs_c, abs_d)
+    both_zero = aten.logical_and.default(aten.eq.Scalar(abs_c, 0.0), aten.eq.Scalar(abs_d, 0.0))
+    rat1 = aten.div.Tensor(d, c)
+    scl1 = aten.reciprocal.default(aten.add.Tensor(c, aten.mul.Tensor(d, rat1)))
+    re1 = aten.mul.Tensor(aten.add.Tensor(a, aten.mul.Tensor(b, rat1)), scl1)
+    im1 = aten.mul.Tensor(aten.sub.Tensor(b, aten.mul.Tensor(a, rat1)), scl1)
+    re0, im0 = aten.div.Tensor(a, abs_c), aten.div.Tensor(b, abs_d)
+    rat2 = aten.div.Tensor(c, d)
+    scl2 = aten.reciprocal.default(aten.add.Tensor(d, aten.mul.Tensor(c, rat2)))
+    re2 = aten.mul.Tensor(aten.add.Tensor(aten.mul.Tensor(a, rat2), b), scl2)
+    im2 = aten.mul.Tensor(aten.sub.Tensor(aten.mul.Tensor(b, rat2), a), scl2)
+    re = aten.where.self(c_wins, aten.where.self(both_zero, re0, re1), re2)
+    im = aten.where.self(c_wins, aten.where.self(both_zero, im0, im1), im2)
+    return re, im
+
+
+def _sqrt_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    """Principal ``sqrt(x + iy)`` without cancellation: ``t = sqrt((|x| + |z|) / 2)``, then
+    ``(t, y / 2t)`` for ``x >= 0`` and ``(|y| / 2t, copysign(t, y))`` otherwise."""
+    # (|x| + |z|) / 4 term by term, then t = sqrt(2) sqrt(that): near the largest float,
+    # |x| + |z| itself would overflow
+    quarter_sum = aten.add.Tensor(
+        aten.mul.Tensor(aten.abs.default(x), 0.25), _magnitude(aten.mul.Tensor(x, 0.25), aten.mul.Tensor(y, 0.25))
+    )
+    t = aten.mul.Tensor(aten.sqrt.default(quarter_sum), math.sqrt(2.0))
+    two_t = aten.mul.Tensor(t, 2.0)
+    quotient = aten.div.Tensor(y, two_t)
+    # y / 2t is NaN for t = 0 (0/0); the root of zero is zero with the sign of y kept
+    quotient = aten.where.self(aten.eq.Scalar(t, 0.0), y, quotient)
+    x_nonneg = aten.logical_not.default(aten.signbit.default(x))
+    re = aten.where.self(x_nonneg, t, aten.abs.default(quotient))
+    im = aten.where.self(x_nonneg, quotient, aten.copysign.Tensor(t, y))
+    return re, im
+
+
+def _mul_parts(a: Any, b: Any, c: Any, d: Any) -> tuple[Any, Any]:
+    return aten.sub.Tensor(aten.mul.Tensor(a, c), aten.mul.Tensor(b, d)), aten.add.Tensor(
+        aten.mul.Tensor(a, d), aten.mul.Tensor(b, c)
+    )
+
+
+def _log_abs(x: Any, y: Any) -> Any:
+    """``log|x + iy|`` as ``log(m) + log1p((n/m)^2) / 2``: finite wherever the answer is,
+    even when ``|z|`` itself would overflow (``m = max(|x|, |y|)``, ``n = min``)."""
+    ax, ay = aten.abs.default(x), aten.abs.default(y)
+    big, small = aten.maximum.default(ax, ay), aten.minimum.default(ax, ay)
+    safe = aten.where.ScalarSelf(aten.eq.Scalar(big, 0.0), 1.0, big)
+    ratio = aten.div.Tensor(small, safe)
+    out = aten.add.Tensor(aten.log.default(big), aten.mul.Tensor(aten.log1p.default(aten.mul.Tensor(ratio, ratio)), 0.5))
+    either_inf = aten.logical_or.default(aten.isinf.default(x), aten.isinf.default(y))
+    return aten.where.ScalarSelf(either_inf, float("inf"), out)
+
+
+def _log_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    return _log_abs(x, y), aten.atan2.default(y, x)
+
+
+def _asinh_of_4(w: Any) -> Any:
+    """``asinh(4 w)`` for a product ``w`` of halved square roots: its limit
+    ``copysign(log(8 |w|), w)`` once ``4 w`` could overflow."""
+    limit = aten.copysign.Tensor(aten.add.Tensor(aten.log.default(aten.abs.default(w)), math.log(8.0)), w)
+    return aten.where.self(aten.gt.Scalar(aten.abs.default(w), 1e15), limit, aten.asinh.default(aten.mul.Tensor(w, 4.0)))
+
+
+def _half_roots(x: Any, y: Any, sign: float) -> tuple[Any, Any, Any, Any]:
+    """``sqrt(1 - z) / 2`` (``sign = -1``; ``sqrt(z - 1) / 2`` for ``+1``) and ``sqrt(1 + z) / 2``:
+    halved, so that their products (``|z|``-sized) stay finite up to the largest float."""
+    if sign < 0:
+        s1r, s1i = _sqrt_parts(aten.rsub.Scalar(x, 1.0), aten.neg.default(y))
+    else:
+        s1r, s1i = _sqrt_parts(aten.sub.Tensor(x, 1.0), y)
+    s2r, s2i = _sqrt_parts(aten.add.Tensor(x, 1.0), y)
+    return tuple(aten.mul.Tensor(v, 0.5) for v in (s1r, s1i, s2r, s2i))  # type: ignore[return-value]
+
+
+def _asin_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    """Kahan's ``asin``: ``atan2(x, Re(s1 s2)) + i asinh(Im(conj(s1) s2))`` with
+    ``s1 = sqrt(1 - z)``, ``s2 = sqrt(1 + z)``: right branch cuts, no ``z^2`` to overflow."""
+    s1r, s1i, s2r, s2i = _half_roots(x, y, -1.0)
+    re_prod = aten.sub.Tensor(aten.mul.Tensor(s1r, s2r), aten.mul.Tensor(s1i, s2i))
+    im_conj_prod = aten.sub.Tensor(aten.mul.Tensor(s1r, s2i), aten.mul.Tensor(s1i, s2r))
+    return aten.atan2.default(aten.mul.Tensor(x, 0.25), re_prod), _asinh_of_4(im_conj_prod)
+
+
+def _acos_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    """Kahan's ``acos``: ``2 atan2(Re s1, Re s2) + i asinh(Im(conj(s2) s1))``."""
+    s1r, s1i, s2r, s2i = _half_roots(x, y, -1.0)
+    im_conj_prod = aten.sub.Tensor(aten.mul.Tensor(s2r, s1i), aten.mul.Tensor(s2i, s1r))
+    return aten.mul.Tensor(aten.atan2.default(s1r, s2r), 2.0), _asinh_of_4(im_conj_prod)
+
+
+def _acosh_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    """Kahan's ``acosh``: ``asinh(Re(conj(s1) s2)) + 2i atan2(Im s1, Re s2)``,
+    ``s1 = sqrt(z - 1)``, ``s2 = sqrt(z + 1)``."""
+    s1r, s1i, s2r, s2i = _half_roots(x, y, 1.0)
+    re_conj_prod = aten.add.Tensor(aten.mul.Tensor(s1r, s2r), aten.mul.Tensor(s1i, s2i))
+    return _asinh_of_4(re_conj_prod), aten.mul.Tensor(aten.atan2.default(s1i, s2r), 2.0)
+
+
+_ATANH_LARGE = 1e15  # beyond it atanh(z) = 1/z + i*pi/2*sign(y) to double precision
+
+
+def _atanh_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    """Kahan's ``atanh``: ``log1p(4x / ((1-x)^2 + y^2)) / 4 + i atan2(2y, (1-x)(1+x) - y^2) / 2``
+    for ``|x| < 1/2`` (no cancellation near 0, where ``log(1+z) - log(1-z)`` loses a tiny
+    real part), ``(log|1+z| - log|1-z|) / 2`` for the real part elsewhere; for
+    ``|z| > 1e15``, where the squares would overflow, its limit ``1/z + i copysign(pi/2, y)``."""
+    one_minus = aten.rsub.Scalar(x, 1.0)
+    den = aten.add.Tensor(aten.mul.Tensor(one_minus, one_minus), aten.mul.Tensor(y, y))
+    near_zero = aten.mul.Tensor(aten.log1p.default(aten.div.Tensor(aten.mul.Tensor(x, 4.0), den)), 0.25)
+    # away from 0 (|x| >= 1/2) the log1p form cancels near z = +-1: log|1+z| - log|1-z| does not
+    far = aten.mul.Tensor(aten.sub.Tensor(_log_abs(aten.add.Tensor(x, 1.0), y), _log_abs(one_minus, y)), 0.5)
+    re = aten.where.self(aten.lt.Scalar(aten.abs.default(x), 0.5), near_zero, far)
+    im_den = aten.sub.Tensor(aten.mul.Tensor(one_minus, aten.add.Tensor(x, 1.0)), aten.mul.Tensor(y, y))
+    im = aten.mul.Tensor(aten.atan2.default(aten.mul.Tensor(y, 2.0), im_den), 0.5)
+    inv_re, _ = _div_parts(aten.ones_like.default(x), aten.zeros_like.default(y), x, y)
+    large = aten.gt.Scalar(_magnitude(x, y), _ATANH_LARGE)
+    half_pi = aten.copysign.Tensor(aten.full_like.default(y, math.pi / 2), y)
+    return aten.where.self(large, inv_re, re), aten.where.self(large, half_pi, im)
+
+
+def _log1p_parts(x: Any, y: Any) -> tuple[Any, Any]:
+    """c10's ``log1p``: ``0.5 log1p(x(2 + x) + y^2)`` for ``|z| < 0.5`` (``x`` itself when that
+    underflows to 0), else ``log|1 + z|``; the angle is ``atan2(y, 1 + x)``."""
+    theta = aten.atan2.default(y, aten.add.Tensor(x, 1.0))
+    r = aten.add.Tensor(aten.mul.Tensor(x, aten.add.Tensor(x, 2.0)), aten.mul.Tensor(y, y))
+    small = aten.mul.Tensor(aten.log1p.default(r), 0.5)
+    small = aten.where.self(aten.eq.Scalar(r, 0.0), x, small)
+    large = _log_abs(aten.add.Tensor(x, 1.0), y)
+    near = aten.lt.Scalar(_magnitude(x, y), 0.5)
+    return aten.where.self(near, small, large), theta
+
+
+# ------------------------------------------------------------------ the inverse functions
+def _unary(parts_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Rule:
+    def rule(ctx: RuleContext, self: Any) -> Any:
+        re, im = parts_fn(_re(self), _im(self))
+        return _pack(re, im)
+
+    rule.__doc__ = parts_fn.__doc__
+    return rule
+
+
+def _swap_i(parts_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """``f(z) = -i g(iz)``: ``asinh`` from ``asin`` and ``atan`` from ``atanh`` (C99's own
+    definitions, which keep the branch cuts and the signs of zeros)."""
+
+    def parts(x: Any, y: Any) -> tuple[Any, Any]:
+        re, im = parts_fn(aten.neg.default(y), x)  # g(iz), iz = -y + ix
+        return im, aten.neg.default(re)  # -i (re + i im) = im - i re
+
+    return parts
+
+
+register(aten.asin.default)(_unary(_asin_parts))
+register(aten.acos.default)(_unary(_acos_parts))
+register(aten.acosh.default)(_unary(_acosh_parts))
+register(aten.atanh.default)(_unary(_atanh_parts))
+register(aten.asinh.default)(_unary(_swap_i(_asin_parts)))
+register(aten.atan.default)(_unary(_swap_i(_atanh_parts)))
+register(aten.log1p.default)(_unary(_log1p_parts))
+
+
+@register(aten.log2.default, aten.log10.default)
+def log_base(ctx: RuleContext, self: Any) -> Any:
+    """``log(z) / log(base)``, the magnitude by a scaled hypot (no overflow for huge ``z``)."""
+    re, im = _log_parts(_re(self), _im(self))
+    inv = 1.0 / math.log(2.0 if ctx.node.target is aten.log2.default else 10.0)
+    return _pack(aten.mul.Tensor(re, inv), aten.mul.Tensor(im, inv))
+
+
+@register(aten.expm1.default)
+def expm1(ctx: RuleContext, self: Any) -> Any:
+    """c10's ``expm1``: ``expm1(x) cos(y) - 2 sin(y/2)^2 + i e^x sin(y)``, accurate near 0."""
+    x, y = _re(self), _im(self)
+    half = aten.sin.default(aten.mul.Tensor(y, 0.5))
+    re = aten.sub.Tensor(
+        aten.mul.Tensor(aten.expm1.default(x), aten.cos.default(y)), aten.mul.Tensor(aten.mul.Tensor(half, half), 2.0)
+    )
+    return _pack(re, aten.mul.Tensor(aten.exp.default(x), aten.sin.default(y)))
+
+
+@register(aten.rsqrt.default)
+def rsqrt(ctx: RuleContext, self: Any) -> Any:
+    """``1 / sqrt(z)``: the stable square root, then the scaled division."""
+    sr, si = _sqrt_parts(_re(self), _im(self))
+    re, im = _div_parts(aten.ones_like.default(sr), aten.zeros_like.default(si), sr, si)
+    return _pack(re, im)
+
+
+@register(aten.sgn.default)
+def sgn(ctx: RuleContext, self: Any) -> Any:
+    """``z / |z|``, and 0 for ``z = 0`` (torch's ``sgn``)."""
+    x, y = _re(self), _im(self)
+    mag = _magnitude(x, y)
+    zero = aten.eq.Scalar(mag, 0.0)
+    return _pack(
+        aten.where.ScalarSelf(zero, 0.0, aten.div.Tensor(x, mag)),
+        aten.where.ScalarSelf(zero, 0.0, aten.div.Tensor(y, mag)),
+    )
+
+
+@register(aten.repeat.default)
+def repeat(ctx: RuleContext, self: Any, repeats: Any) -> Any:
+    """Repeat the complex dims; the trailing (real, imag) pair is repeated once."""
+    return aten.repeat.default(self, [*repeats, 1])
+
+
+# ----------------------------------------------------------------------------- einsum
+@register(aten.einsum.default)
+def einsum(ctx: RuleContext, equation: str, tensors: Any, path: Any = None) -> Any:
+    """A complex einsum is a sum of real einsums over every choice of (real, imag) part per
+    complex operand: a product with ``k`` imaginary factors carries ``i^k``, so even ``k``
+    goes to the real part with sign ``(-1)^(k/2)`` and odd ``k`` to the imaginary part with
+    sign ``(-1)^((k-1)/2)``. ``k`` complex operands cost ``2^k`` real einsums."""
+    parts: list[tuple[Any, ...]] = []
+    for v, x in zip(ctx.vals["tensors"], tensors):
+        if v.is_complex():
+            x = _cast(x, real_dtype(v.dtype), ctx.dtype)
+            parts.append((_re(x), _im(x)))
+        else:
+            parts.append((_cast(x, v.dtype, ctx.dtype),))
+    re: Any = None
+    im: Any = None
+    for choice in itertools.product(*(range(len(p)) for p in parts)):
+        term = aten.einsum.default(equation, [p[c] for p, c in zip(parts, choice)])
+        k = sum(choice)
+        if k % 2 == 0:
+            re = _signed_sum(re, term, (k // 2) % 2 == 1)
+        else:
+            im = _signed_sum(im, term, ((k - 1) // 2) % 2 == 1)
+    return _pack(re, aten.zeros_like.default(re) if im is None else im)
+
+
+def _signed_sum(acc: Any, term: Any, negative: bool) -> Any:
+    if acc is None:
+        return aten.neg.default(term) if negative else term
+    return aten.sub.Tensor(acc, term) if negative else aten.add.Tensor(acc, term)
+
+
+# ------------------------------------------------------------------------------- FFTs
+# Choice: every FFT becomes matrix products with real DFT matrices (cos and sin of
+# 2*pi*j*k/n), built in the graph from the transform length. Why not the engine's DFT op:
+# TensorRT has no DFT layer, and ONNX's DFT is one engine's op, so the lowered graph would
+# stop being engine-neutral; matmuls run in every engine (TensorRT, ONNX Runtime, inductor,
+# eager), and for the lengths of these models (an FNet hidden size, an ISTFT n_fft of a few
+# hundred) O(n^2) is small. The matrices are built from ``arange`` of the length (a SymInt
+# where the dim is dynamic) and ``(j*k) mod n`` is taken in int64 before the angle is formed,
+# so the angles stay exact for every length and no concrete size is baked in.
+
+_FFT_NORMS = {None: "backward", "backward": "backward", "forward": "forward", "ortho": "ortho"}
+
+
+def _static_int(v: Any) -> int | None:
+    if isinstance(v, int):
+        return v
+    if isinstance(v, torch.SymInt) and v.node.is_constant():
+        return int(v)
+    return None
+
+
+@dataclass(frozen=True)
+class _Length:
+    """A transform length twice: ``val`` for reasoning (int or SymInt) and ``graph`` for the
+    ops being built (an int, or a size read from a tensor of the graph)."""
+
+    val: Any
+    graph: Any
+
+
+def _dim_length(x: Any, dim: int, val: Any) -> _Length:
+    static = _static_int(val)
+    return _Length(val, static if static is not None else aten.sym_size.int(x, dim))
+
+
+def _arg_length(val: Any, arg: Any) -> _Length:
+    static = _static_int(val)
+    return _Length(val, static if static is not None else arg)
+
+
+def _size_tensor(n: Any, dtype: torch.dtype) -> Any:
+    """A symbolic size as a 0-d tensor: ONNX's translations of ``remainder``/``div``/``eq``
+    with a Scalar argument take Python numbers only, not a size read from the graph."""
+    return aten.scalar_tensor.default(n, dtype=dtype)
+
+
+def _divide(x: Any, n: Any, numerator: float = 1.0) -> Any:
+    if isinstance(n, int):
+        return aten.mul.Tensor(x, numerator / n)
+    return aten.div.Tensor(aten.mul.Tensor(x, numerator), _size_tensor(n, torch.float64))
+
+
+def _scale(x: Any, n: _Length, how: str) -> Any:
+    """``how``: "none", "sqrt" (1/sqrt(n)) or "n" (1/n)."""
+    if how == "none" or x is None:
+        return x
+    if how == "n":
+        return _divide(x, n.graph)
+    if isinstance(n.graph, int):
+        return aten.mul.Tensor(x, 1.0 / math.sqrt(n.graph))
+    return aten.mul.Tensor(x, aten.rsqrt.default(_size_tensor(n.graph, torch.float64)))
+
+
+def _norm_scaling(norm: Any, inverse: bool) -> str:
+    mode = _FFT_NORMS.get(norm)
+    if mode is None:
+        raise ValueError(f"unknown FFT norm {norm!r}; valid: 'backward', 'forward', 'ortho'")
+    if mode == "ortho":
+        return "sqrt"
+    return "n" if (mode == "backward") == inverse else "none"
+
+
+def _twiddles(ctx: RuleContext, rows: Any, cols: Any, n: Any) -> tuple[Any, Any]:
+    """``cos`` and ``sin`` of ``2 pi ((j k) mod n) / n`` for ``j < rows``, ``k < cols``."""
+    j = aten.unsqueeze.default(aten.arange.default(rows, dtype=torch.int64, device=ctx.device), -1)
+    k = aten.unsqueeze.default(aten.arange.default(cols, dtype=torch.int64, device=ctx.device), 0)
+    jk = aten.mul.Tensor(j, k)
+    phase = aten.remainder.Scalar(jk, n) if isinstance(n, int) else aten.remainder.Tensor(jk, _size_tensor(n, torch.int64))
+    angle = _divide(aten._to_copy.default(phase, dtype=ctx.dtype), n, 2.0 * math.pi)
+    return aten.cos.default(angle), aten.sin.default(angle)
+
+
+def _contract(x: Any, dim: int, rank: int, matrix: Any) -> Any:
+    """``x`` with its dim ``dim`` (of ``rank`` dims) multiplied into ``matrix[n, m]``."""
+    if x is None:
+        return None
+    last = rank - 1
+    if dim != last:
+        x = aten.transpose.int(x, dim, last)
+    y = aten.matmul.default(x, matrix)
+    return y if dim == last else aten.transpose.int(y, dim, last)
+
+
+def _resize(x: Any, dim: int, rank: int, have: _Length, want: _Length, what: str) -> Any:
+    """Trim or zero-pad ``x`` along ``dim`` from ``have`` to ``want`` elements, as the FFTs do
+    with their ``n``/``s`` argument."""
+    if x is None or statically_known_true(want.val == have.val):
+        return x
+    if statically_known_true(want.val < have.val):
+        return aten.slice.Tensor(x, dim, 0, want.graph)
+    if statically_known_true(want.val > have.val):
+        pad = [0, 0] * (rank - 1 - dim) + [0, want.graph - have.graph]
+        return aten.constant_pad_nd.default(x, pad, 0.0)
+    raise ValueError(
+        f"{what}: cannot tell whether the transform length {want.val} trims or pads a dim of "
+        f"size {have.val}; lowering it would bake in one of the two"
+    )
+
+
+def _c2c_1d(ctx: RuleContext, re: Any, im: Any, dim: int, rank: int, n: _Length, inverse: bool, how: str) -> tuple[Any, Any]:
+    cos, sin = _twiddles(ctx, n.graph, n.graph, n.graph)
+    rc, rs = _contract(re, dim, rank, cos), _contract(re, dim, rank, sin)
+    if im is None:
+        out_re, out_im = rc, (rs if inverse else aten.neg.default(rs))
+    else:
+        ic, is_ = _contract(im, dim, rank, cos), _contract(im, dim, rank, sin)
+        if inverse:  # e^{+i theta}
+            out_re, out_im = aten.sub.Tensor(rc, is_), aten.add.Tensor(ic, rs)
+        else:  # e^{-i theta}
+            out_re, out_im = aten.add.Tensor(rc, is_), aten.sub.Tensor(ic, rs)
+    return _scale(out_re, n, how), _scale(out_im, n, how)
+
+
+def _r2c_1d(ctx: RuleContext, re: Any, dim: int, rank: int, n: _Length, bins: Any, how: str) -> tuple[Any, Any]:
+    cos, sin = _twiddles(ctx, n.graph, bins, n.graph)
+    return _scale(_contract(re, dim, rank, cos), n, how), _scale(aten.neg.default(_contract(re, dim, rank, sin)), n, how)
+
+
+def _c2r_1d(ctx: RuleContext, re: Any, im: Any, dim: int, rank: int, bins: Any, n: _Length, how: str) -> Any:
+    """Real inverse of a one-sided spectrum: bin ``k`` counts twice (itself and its mirror
+    ``n - k``) except bin 0 and, for even ``n``, bin ``n/2``; their imaginary parts drop out
+    (``sin`` is 0 there), as in pocketfft."""
+    cos, sin = _twiddles(ctx, bins, n.graph, n.graph)
+    k = aten.arange.default(bins, dtype=torch.int64, device=ctx.device)
+    twice = aten.mul.Tensor(k, 2)
+    nyquist = aten.eq.Scalar(twice, n.graph) if isinstance(n.graph, int) else aten.eq.Tensor(twice, _size_tensor(n.graph, torch.int64))
+    single = aten.logical_or.default(aten.eq.Scalar(k, 0), nyquist)
+    weight = aten.unsqueeze.default(aten.where.Scalar(single, 1.0, 2.0), -1)
+    weight = aten._to_copy.default(weight, dtype=ctx.dtype)
+    cos, sin = aten.mul.Tensor(cos, weight), aten.mul.Tensor(sin, weight)
+    out = _contract(re, dim, rank, cos)
+    if im is not None:
+        out = aten.sub.Tensor(out, _contract(im, dim, rank, sin))
+    return _scale(out, n, how)
+
+
+def _fft_input(ctx: RuleContext, self: Any) -> tuple[Any, Any, Any]:
+    """(real part, imaginary part or None, original meta value) of an FFT's input."""
+    v = ctx.vals["self"]
+    if v.is_complex():
+        x = _cast(self, real_dtype(v.dtype), ctx.dtype)
+        return _re(x), _im(x), v
+    return _cast(self, v.dtype, ctx.dtype), None, v
+
+
+def _fft_dims(v: torch.Tensor, s: Any, dim: Any, default_all: bool) -> list[int]:
+    if dim is None:
+        dims = list(range(v.dim())) if s is None else list(range(v.dim() - len(s), v.dim()))
+    else:
+        dims = [dim] if isinstance(dim, int) else list(dim)
+    return [d % v.dim() for d in dims]
+
+
+def _lengths(ctx: RuleContext, x: Any, v: torch.Tensor, dims: list[int], s: Any, s_vals: Any) -> list[tuple[_Length, _Length]]:
+    """Per transformed dim: (size it has, length wanted)."""
+    out = []
+    for i, d in enumerate(dims):
+        have = _dim_length(x, d, v.shape[d])
+        want = have if s is None or _static_int(s_vals[i]) == -1 else _arg_length(s_vals[i], s[i])
+        out.append((have, want))
+    return out
+
+
+def _fft_c2c_nd(ctx: RuleContext, self: Any, s: Any, dims: list[int], inverse: bool, how: Callable[[], str]) -> Any:
+    re, im, v = _fft_input(ctx, self)
+    rank = v.dim()
+    s_vals = ctx.vals.get("s") if "s" in ctx.vals else ctx.vals.get("n")
+    for d, (have, want) in zip(dims, _lengths(ctx, re, v, dims, s, _as_list(s_vals))):
+        re = _resize(re, d, rank, have, want, str(ctx.node.target))
+        im = _resize(im, d, rank, have, want, str(ctx.node.target))
+        re, im = _c2c_1d(ctx, re, im, d, rank, want, inverse, how())
+    return _pack(re, im)
+
+
+def _as_list(v: Any) -> Any:
+    if v is None or isinstance(v, (list, tuple)):
+        return v
+    return [v]
+
+
+@register(aten.fft_fft.default, aten.fft_ifft.default)
+def fft_fft(ctx: RuleContext, self: Any, n: Any = None, dim: int = -1, norm: Any = None) -> Any:
+    inverse = ctx.node.target is aten.fft_ifft.default
+    v = ctx.vals["self"]
+    return _fft_c2c_nd(ctx, self, _as_list(n), [dim % v.dim()], inverse, lambda: _norm_scaling(norm, inverse))
+
+
+@register(aten.fft_fft2.default, aten.fft_ifft2.default, aten.fft_fftn.default, aten.fft_ifftn.default)
+def fft_fftn(ctx: RuleContext, self: Any, s: Any = None, dim: Any = None, norm: Any = None) -> Any:
+    inverse = ctx.node.target in (aten.fft_ifft2.default, aten.fft_ifftn.default)
+    dims = _fft_dims(ctx.vals["self"], s, dim, True)
+    return _fft_c2c_nd(ctx, self, s, dims, inverse, lambda: _norm_scaling(norm, inverse))
+
+
+@register(aten._fft_c2c.default)
+def fft_c2c(ctx: RuleContext, self: Any, dim: Any, normalization: int, forward: bool) -> Any:
+    how = {0: "none", 1: "sqrt", 2: "n"}[normalization]
+    return _fft_c2c_nd(ctx, self, None, [d % ctx.rank() for d in dim], not forward, lambda: how)
+
+
+def _rfft_nd(ctx: RuleContext, self: Any, s: Any, s_vals: Any, dims: list[int], how: Callable[[], str]) -> Any:
+    """Real-to-complex: the last listed dim one-sided, the others full complex DFTs."""
+    re, _, v = _fft_input(ctx, self)
+    rank = v.dim()
+    lengths = _lengths(ctx, re, v, dims, s, _as_list(s_vals))
+    *rest, last = dims
+    have, want = lengths[-1]
+    re = _resize(re, last, rank, have, want, str(ctx.node.target))
+    bins = want.graph // 2 + 1
+    re, im = _r2c_1d(ctx, re, last, rank, want, bins, how())
+    for d, (have, want) in zip(rest, lengths[:-1]):
+        re = _resize(re, d, rank, have, want, str(ctx.node.target))
+        im = _resize(im, d, rank, have, want, str(ctx.node.target))
+        re, im = _c2c_1d(ctx, re, im, d, rank, want, False, how())
+    return _pack(re, im)
+
+
+@register(aten.fft_rfft.default)
+def fft_rfft(ctx: RuleContext, self: Any, n: Any = None, dim: int = -1, norm: Any = None) -> Any:
+    v = ctx.vals["self"]
+    return _rfft_nd(ctx, self, _as_list(n), ctx.vals.get("n"), [dim % v.dim()], lambda: _norm_scaling(norm, False))
+
+
+@register(aten.fft_rfft2.default, aten.fft_rfftn.default)
+def fft_rfftn(ctx: RuleContext, self: Any, s: Any = None, dim: Any = None, norm: Any = None) -> Any:
+    dims = _fft_dims(ctx.vals["self"], s, dim, True)
+    return _rfft_nd(ctx, self, s, ctx.vals.get("s"), dims, lambda: _norm_scaling(norm, False))
+
+
+@register(aten._fft_r2c.default)
+def fft_r2c(ctx: RuleContext, self: Any, dim: Any, normalization: int, onesided: bool) -> Any:
+    how = {0: "none", 1: "sqrt", 2: "n"}[normalization]
+    dims = [d % ctx.rank() for d in dim]
+    if not onesided:  # a two-sided real transform is the complex one of a real input
+        return _fft_c2c_nd(ctx, self, None, dims, False, lambda: how)
+    return _rfft_nd(ctx, self, None, None, dims, lambda: how)
+
+
+def _irfft_nd(ctx: RuleContext, self: Any, s: Any, s_vals: Any, dims: list[int], how: Callable[[], str], last_size: Any = None, last_val: Any = None) -> Any:
+    """Complex-to-real: full inverse DFTs over all but the last listed dim, then the
+    one-sided real inverse over the last. The output length of the last dim is ``s[-1]``
+    (or ``last_size``), by default ``2 (m - 1)`` for ``m`` input bins."""
+    re, im, v = _fft_input(ctx, self)
+    rank = v.dim()
+    *rest, last = dims
+    s_list, s_val_list = _as_list(s), _as_list(s_vals)
+    for i, d in enumerate(rest):
+        have = _dim_length(re, d, v.shape[d])
+        want = have if s_list is None else _arg_length(s_val_list[i], s_list[i])
+        re = _resize(re, d, rank, have, want, str(ctx.node.target))
+        im = _resize(im, d, rank, have, want, str(ctx.node.target))
+        re, im = _c2c_1d(ctx, re, im, d, rank, want, True, how())
+    have = _dim_length(re, last, v.shape[last])
+    if last_size is not None:
+        n = _arg_length(last_val, last_size)
+    elif s_list is not None and _static_int(s_val_list[-1]) != -1:
+        n = _arg_length(s_val_list[-1], s_list[-1])
+    else:
+        n = _Length(2 * (have.val - 1), 2 * (have.graph - 1))
+    bins = _Length(n.val // 2 + 1, n.graph // 2 + 1)
+    re = _resize(re, last, rank, have, bins, str(ctx.node.target))
+    im = _resize(im, last, rank, have, bins, str(ctx.node.target))
+    return _c2r_1d(ctx, re, im, last, rank, bins.graph, n, how())
+
+
+@register(aten.fft_irfft.default)
+def fft_irfft(ctx: RuleContext, self: Any, n: Any = None, dim: int = -1, norm: Any = None) -> Any:
+    v = ctx.vals["self"]
+    return _irfft_nd(ctx, self, _as_list(n), ctx.vals.get("n"), [dim % v.dim()], lambda: _norm_scaling(norm, True))
+
+
+@register(aten.fft_irfft2.default, aten.fft_irfftn.default)
+def fft_irfftn(ctx: RuleContext, self: Any, s: Any = None, dim: Any = None, norm: Any = None) -> Any:
+    dims = _fft_dims(ctx.vals["self"], s, dim, True)
+    return _irfft_nd(ctx, self, s, ctx.vals.get("s"), dims, lambda: _norm_scaling(norm, True))
+
+
+@register(aten._fft_c2r.default)
+def fft_c2r(ctx: RuleContext, self: Any, dim: Any, normalization: int, last_dim_size: Any) -> Any:
+    how = {0: "none", 1: "sqrt", 2: "n"}[normalization]
+    dims = [d % ctx.rank() for d in dim]
+    return _irfft_nd(ctx, self, None, None, dims, lambda: how, last_dim_size, ctx.vals["last_dim_size"])
+
+
+@register(aten.fft_hfft.default)
+def fft_hfft(ctx: RuleContext, self: Any, n: Any = None, dim: int = -1, norm: Any = None) -> Any:
+    """``hfft(x) = irfft(conj(x))`` with the forward/backward scalings swapped."""
+    swapped = {None: "forward", "backward": "forward", "forward": "backward", "ortho": "ortho"}[norm]
+    v = ctx.vals["self"]
+    conj_self = _pack(_re(self), aten.neg.default(_im(self))) if v.is_complex() else self
+    return _irfft_nd(ctx, conj_self, _as_list(n), ctx.vals.get("n"), [dim % v.dim()], lambda: _norm_scaling(swapped, True))
+
+
+@register(aten.fft_ihfft.default)
+def fft_ihfft(ctx: RuleContext, self: Any, n: Any = None, dim: int = -1, norm: Any = None) -> Any:
+    """``ihfft(x) = conj(rfft(x))`` with the forward/backward scalings swapped."""
+    swapped = {None: "forward", "backward": "forward", "forward": "backward", "ortho": "ortho"}[norm]
+    v = ctx.vals["self"]
+    packed = _rfft_nd(ctx, self, _as_list(n), ctx.vals.get("n"), [dim % v.dim()], lambda: _norm_scaling(swapped, False))
+    return _pack(_re(packed), aten.neg.default(_im(packed)))

@@ -18,23 +18,21 @@ import torch
 
 from tetrt_support.quant import numerics
 
-Buffers = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]
-
-
-def current_scaling_buffers(
-    x2d: torch.Tensor, fp8_dtype: torch.dtype, power_of_2: bool, epsilon: float, rowwise: bool, columnwise: bool
-) -> Buffers:
-    """``(data, transpose, scale_inv)`` of FP8 current scaling for a non-empty (M, K) tensor."""
-    amax = x2d.abs().amax().float()
-    scale = numerics.scale_from_amax(amax, numerics.fp8_max(fp8_dtype), power_of_2=power_of_2, epsilon=epsilon)
-    data = numerics.cast_to_fp8(x2d, scale, fp8_dtype)
-    return (data if rowwise else None, data.t().contiguous() if columnwise else None, (1.0 / scale).reshape(1).float())
+def current_scaling(
+    x2d: torch.Tensor, fp8_dtype: torch.dtype, force_pow_2_scales: bool, amax_epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, scale_inv)`` of FP8 current scaling for a non-empty (M, K) tensor: the
+    reference :func:`~tetrt_support.quant.numerics.float8_current_scaling_quantize`."""
+    data, scale_inv, _ = numerics.float8_current_scaling_quantize(
+        x2d, fp8_dtype, force_pow_2_scales=force_pow_2_scales, amax_epsilon=amax_epsilon
+    )
+    return data, scale_inv
 
 
 @functools.cache
-def compiled_current_scaling_buffers() -> Callable[..., Buffers]:
-    """:func:`current_scaling_buffers` compiled once per process (shapes are dynamic after a change)."""
-    return torch.compile(current_scaling_buffers, fullgraph=True)
+def compiled_current_scaling() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`current_scaling` compiled once per process (shapes are dynamic after a change)."""
+    return torch.compile(current_scaling, fullgraph=True)
 
 
 def should_fuse(x: torch.Tensor) -> bool:

@@ -4,7 +4,9 @@ The module holds a high-precision weight (the optimiser updates it) and three va
 quantizers chosen by ``recipe``; each call quantizes the input and the weight inside the
 forward op, runs the GEMM, and saves the quantized operands -- flattened into plain
 tensors -- for the backward op, which quantizes the output gradient and computes dgrad
-and wgrad. ``fake_impl`` picks how the ops' fake impls and the flat<->quantized
+and wgrad. Each operand is quantized in both layouts, and each GEMM reads the layouts TE's
+does (fprop: row-wise x row-wise; dgrad: row-wise grad x column-wise weight; wgrad:
+column-wise grad x column-wise input, where the nvfp4 recipe's Hadamard transform applies). ``fake_impl`` picks how the ops' fake impls and the flat<->quantized
 conversions are written (:mod:`tetrt_support.quant.fake_impls`); both compile with
 ``fullgraph=True`` on eager, aot_eager and inductor.
 
@@ -23,7 +25,7 @@ import torch
 from tetrt_support.quant.fake_impls import get_strategy
 from tetrt_support.quant.ops import linear_ops
 from tetrt_support.quant.recipes import get_recipe
-from tetrt_support.quant.tensors import QuantizedTensor
+from tetrt_support.quant.base import QuantizedTensor
 
 
 class Linear(torch.nn.Module):
@@ -42,6 +44,8 @@ class Linear(torch.nn.Module):
     ) -> None:
         super().__init__()
         quantizers = get_recipe(recipe).quantizers()  # raise on a bad name before allocating
+        for q in quantizers:  # every operand is read row-wise by one GEMM and column-wise by another
+            q.set_usage(rowwise=True, columnwise=True)
         self._strategy = get_strategy(fake_impl)
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.recipe, self.fake_impl = recipe, fake_impl

@@ -1,22 +1,28 @@
-"""Pure numeric building blocks of the quantization recipes (no state, no classes).
+"""The quantization algorithms as pure PyTorch functions (no state, no classes).
 
-Everything the quantizers compute lives here as plain functions of tensors, so the
-formats can be checked one step at a time against independent references (numpy,
-ml_dtypes, torch's own float8 casts). The recipes follow TransformerEngine's reference
-implementations (DESIGN.md section 4); where a detail differs it is said in place.
+Every quantizer of this package is a thin shell around the functions here; they are the
+single definition of each format's numerics, written to produce the bytes
+TransformerEngine's kernels produce (their semantics are restated in each docstring), and
+they are what GPU kernels of the same formats are checked against.
 
-Special values, one rule for every format (TransformerEngine casts with "satfinite"):
-finite values beyond the format's range saturate to +-max, +-inf saturates to +-max,
-NaN stays NaN where the format has a NaN (FP8 E4M3/E5M2, E8M0, the E4M3 block scale of
-NVFP4) and otherwise poisons its block through the block scale (E2M1 has no NaN).
-Per-tensor scales treat a non-finite amax like zero (scale 1). One consequence worth
-knowing: in MXFP8 an inf saturates its block's E8M0 scale at 2**127, so it dequantizes
-to inf again (448 * 2**127 overflows fp32) and the rest of that block flushes to zero.
+Conventions shared by all of them:
+
+- Inputs are 2-D ``(M, K)`` tensors in their ORIGINAL dtype (fp32, bf16 or fp16): some
+  rules depend on it (blockwise FP8 substitutes the input dtype's max for an infinite
+  scale, the Hadamard transform rounds to bf16 for bf16 input). Arithmetic is fp32.
+- Divisions are single, correctly rounded fp32 divisions (``torch.div`` of two tensors);
+  ``float / tensor`` in PyTorch is ``reciprocal(tensor) * float``, two roundings.
+- Amaxes ignore NaN, as the kernels' ``fmaxf`` reductions do; an infinite element gives
+  an infinite amax.
+- Casts saturate: finite values beyond the format's range and +-inf go to +-max, NaN
+  stays NaN where the format has one (the CUDA ``satfinite`` conversions).
+- Block scales are returned in the plain row-major layout, one entry per block (MXFP8 and
+  NVFP4: one entry per row of each block, as TE's unswizzled scale layout); TE's padded,
+  GEMM-swizzled copies of the same bytes are not modelled.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -28,6 +34,12 @@ E2M1_MAX = 6.0
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E8M0_BIAS = 127
 E8M0_NAN = 255
+NVFP4_BLOCK = 16
+NVFP4_GLOBAL_MAX = 448.0 * E2M1_MAX  # E4M3 max times E2M1 max
+MXFP8_BLOCK = 32
+# TransformerEngine's fixed sign vector of the 16-point random Hadamard transform (its
+# ``get_wgrad_sign_vector``): entry i multiplies row i of the Hadamard matrix.
+TE_RHT_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 
 
 def fp8_max(dtype: torch.dtype) -> float:
@@ -37,75 +49,208 @@ def fp8_max(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max)
 
 
-def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """``saturate(x * scale)`` cast to ``dtype``: +-inf and overflow clamp to +-max, NaN stays NaN."""
-    limit = fp8_max(dtype)
-    scaled = x.float() * scale
-    return torch.clamp(scaled, -limit, limit).to(dtype)  # clamp keeps NaN
+def input_dtype_max(dtype: torch.dtype) -> float:
+    """Largest finite value of a high-precision input dtype (the blockwise scale's ceiling)."""
+    return float(torch.finfo(dtype).max)
 
 
-def scale_from_amax(
-    amax: torch.Tensor, max_value: float, *, power_of_2: bool = False, epsilon: float = 0.0
+# ------------------------------------------------------------------------- amax
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """max|x| over the whole tensor as a 0-d fp32 tensor, NaN ignored (0 for empty or all-NaN)."""
+    if x.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    magnitude = x.detach().abs().float()
+    return torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude).amax()
+
+
+def block_amax(x2d: torch.Tensor, block_rows: int, block_cols: int) -> torch.Tensor:
+    """max|x| of every (br x bc) block of an (M, K) tensor (fp32, NaN ignored, zero padding)."""
+    magnitude = x2d.abs().float()
+    magnitude = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude)
+    return to_blocks(magnitude, block_rows, block_cols).amax(dim=-1)
+
+
+# ------------------------------------------------------------------- FP8 scales
+def compute_scale_from_amax(
+    amax: torch.Tensor,
+    max_value: float,
+    *,
+    force_pow_2_scales: bool = False,
+    epsilon: float = 0.0,
+    value_for_inf: float = FP32_MAX,
 ) -> torch.Tensor:
-    """FP8 current/delayed-scaling scale ``max_value / amax`` (fp32).
+    """The FP8 scale of current and blockwise scaling (TE's ``compute_scale_from_amax``).
 
-    TransformerEngine's rules: amax is first raised to ``epsilon``; amax 0 or non-finite
-    (a tensor holding inf or NaN) gives scale 1; an infinite quotient (tiny amax) gives
-    the largest fp32; ``power_of_2`` rounds the scale DOWN to a power of two so that
-    ``amax * scale`` still fits.
+    amax is first raised to ``epsilon``; an amax that is 0, inf or NaN gives scale 1;
+    otherwise ``max_value / amax`` (one fp32 division), an infinite quotient replaced by
+    ``value_for_inf``; ``force_pow_2_scales`` clears the mantissa bits (rounds DOWN to a
+    power of two, so ``amax * scale`` still fits).
     """
     amax = amax.float()
     if epsilon > 0.0:
-        amax = torch.clamp(amax, min=epsilon)
-    scale = max_value / amax
-    scale = torch.where(torch.isinf(scale), torch.full_like(scale, FP32_MAX), scale)
-    degenerate = (amax == 0) | ~torch.isfinite(amax)
-    scale = torch.where(degenerate, torch.ones_like(scale), scale)
-    if power_of_2:
-        scale = round_down_to_power_of_2(scale)
-    return scale
+        amax = torch.where(amax < epsilon, torch.full_like(amax, epsilon), amax)
+    scale = torch.div(torch.full_like(amax, max_value), amax)
+    scale = torch.where(torch.isinf(scale), torch.full_like(scale, value_for_inf), scale)
+    if force_pow_2_scales:
+        scale = (scale.contiguous().view(torch.int32) & _EXPONENT_MASK).view(torch.float32)
+    degenerate = (amax == 0) | torch.isinf(amax) | torch.isnan(amax)
+    return torch.where(degenerate, torch.ones_like(scale), scale)
 
 
-def round_down_to_power_of_2(x: torch.Tensor) -> torch.Tensor:
-    """Largest power of two <= x for positive finite x (exact: works on the exponent)."""
-    mantissa, exponent = torch.frexp(x.float())  # x = m * 2**e, m in [0.5, 1)
-    del mantissa
-    return torch.ldexp(torch.ones_like(x, dtype=torch.float32), exponent - 1)
+_EXPONENT_MASK = -0x800000  # 0xFF800000 as an int32: sign and exponent bits
 
 
-def e8m0_round_up(ratio: torch.Tensor) -> torch.Tensor:
-    """Biased E8M0 exponent (uint8) of the smallest power of two >= ``ratio``.
+def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
+    """``saturate(x * scale)`` cast to ``dtype``: +-inf and overflow clamp to +-max, NaN stays NaN."""
+    limit = fp8_max(dtype)
+    return torch.clamp(x.float() * scale, -limit, limit).to(dtype)  # clamp keeps NaN
 
-    MXFP8's block scale is ``amax / fp8_max`` rounded UP, so that ``amax / scale`` never
-    exceeds the FP8 range. torch's ``.to(torch.float8_e8m0fnu)`` rounds to nearest
-    (3.0 -> 4.0 but 5.0 -> 4.0), so the exponent is computed here from frexp, exactly.
-    Zero (and anything below 2**-127) -> 0 (2**-127), beyond 2**127 and +inf saturate
-    to 254 (2**127), NaN -> 255 (the E8M0 NaN).
+
+def float8_current_scaling_quantize(
+    x2d: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    *,
+    force_pow_2_scales: bool = False,
+    amax_epsilon: float = 0.0,
+    tensor_amax: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FP8 current scaling: ``(data (M, K), scale_inv (1,), amax (1,))``.
+
+    ``tensor_amax`` overrides the tensor's own amax (an amax all-reduced over a group).
     """
-    ratio = ratio.float()
-    mantissa, exponent = torch.frexp(ratio)  # ratio = m * 2**e, m in [0.5, 1)
-    exact_power = mantissa == 0.5
-    ceil_log2 = torch.where(exact_power, exponent - 1, exponent)
-    biased = torch.clamp(ceil_log2 + E8M0_BIAS, 0, 254)
-    biased = torch.where(ratio == 0, torch.zeros_like(biased), biased)
-    biased = torch.where(torch.isposinf(ratio), torch.full_like(biased, 254), biased)
-    biased = torch.where(torch.isnan(ratio), torch.full_like(biased, E8M0_NAN), biased)
+    amax_value = amax(x2d) if tensor_amax is None else tensor_amax.float().reshape(())
+    scale = compute_scale_from_amax(
+        amax_value, fp8_max(fp8_dtype), force_pow_2_scales=force_pow_2_scales, epsilon=amax_epsilon
+    )
+    data = cast_to_fp8(x2d, scale, fp8_dtype)
+    return data, torch.reciprocal(scale).reshape(1), amax_value.reshape(1)
+
+
+def delayed_scaling_update(
+    amax_history: torch.Tensor, scale: torch.Tensor, *, max_value: float, amax_compute_algo: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """End-of-step update of FP8 delayed scaling: ``(new_history, new_scale)``.
+
+    TE's fused update: the amax to scale with is the history's max (``"max"``) or its
+    newest entry, ``history[0]`` (``"most_recent"``); the history rolls one step toward
+    the front (``history[i] <- history[i + 1]``, the newest amax moves to the end) and
+    ``history[0]`` is cleared for the next step. The new scale is ``max_value / amax``
+    (``max_value`` = fp8_max / 2**margin); an amax that is 0, inf or NaN KEEPS the previous
+    scale; an infinite quotient becomes FP32_MAX. When ``history[0]`` is 0 (nothing was
+    recorded this step) TE's kernel neither rolls the history nor changes the scale.
+    """
+    newest = amax_history[0]
+    if amax_compute_algo == "max":
+        chosen = torch.where(torch.isnan(amax_history), torch.zeros_like(amax_history), amax_history).amax()
+    elif amax_compute_algo == "most_recent":
+        chosen = newest
+    else:
+        raise ValueError(f"delayed_scaling_update: amax_compute_algo must be 'max' or 'most_recent', got {amax_compute_algo!r}")
+    rolled = torch.roll(amax_history, -1, 0).clone()
+    rolled[0] = 0.0
+    recorded = newest != 0
+    new_history = torch.where(recorded, rolled, amax_history)
+    usable = recorded & torch.isfinite(chosen) & (chosen > 0)
+    quotient = torch.div(torch.full_like(chosen, max_value), chosen)
+    quotient = torch.where(torch.isinf(quotient), torch.full_like(quotient, FP32_MAX), quotient)
+    new_scale = torch.where(usable, quotient, scale.reshape(()).float()).reshape(scale.shape)
+    return new_history, new_scale
+
+
+# ------------------------------------------------------------------- FP8 blocks
+def float8_blockwise_quantize(
+    x2d: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    block_rows: int,
+    block_cols: int,
+    *,
+    force_pow_2_scales: bool = True,
+    amax_epsilon: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 blockwise scaling over (1 x 128) or (128 x 128) blocks: ``(data (M, K), scale_inv)``.
+
+    ``scale_inv`` is (ceil(M/br), ceil(K/bc)) fp32; edge blocks are zero-padded. An
+    infinite quotient (a tiny amax) becomes the INPUT dtype's max, as TE's kernels use
+    ``TypeInfo<IType>::max_finite_value``.
+    """
+    block = block_amax(x2d, block_rows, block_cols)
+    scale = compute_scale_from_amax(
+        block,
+        fp8_max(fp8_dtype),
+        force_pow_2_scales=force_pow_2_scales,
+        epsilon=amax_epsilon,
+        value_for_inf=input_dtype_max(x2d.dtype),
+    )
+    full = expand_block_scales(scale, block_rows, block_cols, tuple(x2d.shape))
+    return cast_to_fp8(x2d, full, fp8_dtype), torch.reciprocal(scale)
+
+
+# ------------------------------------------------------------------------ MXFP8
+def float_to_e8m0(value: torch.Tensor) -> torch.Tensor:
+    """Biased E8M0 exponent (uint8) of the smallest power of two >= ``value``, on the fp32 bits.
+
+    TE's conversion (``cvt.rp.satfinite.ue8m0`` and its software twin): NaN -> 255,
+    +inf -> 254, 0 -> 0; otherwise the fp32 exponent field, plus one when any mantissa bit
+    is set, except that it saturates at 254 and that a subnormal <= 2**-127 stays at 0.
+    """
+    value = value.float().contiguous()
+    bits = value.view(torch.int32)
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    round_up = (mantissa > 0) & (exponent != 0xFE) & ~((exponent == 0) & (mantissa <= 0x400000))
+    biased = exponent + round_up.to(torch.int32)
+    biased = torch.where(value == 0, torch.zeros_like(biased), biased)
+    biased = torch.where(torch.isinf(value), torch.full_like(biased, 0xFE), biased)
+    biased = torch.where(torch.isnan(value), torch.full_like(biased, E8M0_NAN), biased)
     return biased.to(torch.uint8)
 
 
 def e8m0_to_float(biased: torch.Tensor) -> torch.Tensor:
-    """Decode biased E8M0 exponents (uint8) to fp32 powers of two; 255 -> NaN."""
+    """Decode biased E8M0 exponents (uint8) to fp32 powers of two (0 -> 2**-127); 255 -> NaN."""
     exponent = biased.to(torch.int32) - E8M0_BIAS
     value = torch.ldexp(torch.ones(biased.shape, dtype=torch.float32, device=biased.device), exponent)
     return torch.where(biased == E8M0_NAN, torch.full_like(value, math.nan), value)
 
 
-def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
-    """Round fp32 values to E2M1 codes (uint8 in [0, 15]), round-to-nearest-even.
+def mxfp8_quantize(
+    x2d: torch.Tensor, fp8_dtype: torch.dtype, block_rows: int, block_cols: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP8 over (1 x 32), (32 x 1) or (32 x 32) blocks: ``(data (M, K), scale (uint8 E8M0))``.
 
-    |x| > 6 and +-inf saturate to +-6; NaN encodes as 0 (E2M1 has no NaN: the caller's
-    block scale carries it). Ties go to the even code, as in IEEE rounding: 0.25 -> 0,
-    0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5.0 -> 4.0.
+    The block scale is ``float_to_e8m0(amax * fp32(1 / fp8_max))`` (a multiplication by
+    the rounded reciprocal, as the kernel does, not a division) and the elements are cast
+    as ``x * 2**-e`` (exact). Scale layouts, as TE's: row-wise (1 x 32) -> (M, K/32);
+    column-wise (32 x 1) -> (M/32, K) over the SAME (M, K) data layout; 2-D (32 x 32) ->
+    one scale per tile, returned for the rowwise layout (M, K/32) (a row per row of the
+    tile) -- :func:`mxfp8_2d_columnwise_scales` gives the column-wise copy.
+    """
+    block = block_amax(x2d, block_rows, block_cols)
+    rcp = torch.tensor(1.0 / fp8_max(fp8_dtype), dtype=torch.float32, device=x2d.device)
+    biased = float_to_e8m0(block * rcp)
+    inverse = torch.reciprocal(e8m0_to_float(biased))  # exact: a power of two
+    data = cast_to_fp8(x2d, expand_block_scales(inverse, block_rows, block_cols, tuple(x2d.shape)), fp8_dtype)
+    if block_rows == MXFP8_BLOCK and block_cols == MXFP8_BLOCK:
+        biased = biased.repeat_interleave(MXFP8_BLOCK, 0)[: x2d.shape[0]]
+    return data, biased
+
+
+def mxfp8_2d_columnwise_scales(rowwise_scales: torch.Tensor, cols: int) -> torch.Tensor:
+    """The (M/32, K) column-wise scales of a 2-D (32 x 32) MXFP8 tensor from its (M, K/32) ones."""
+    return rowwise_scales[::MXFP8_BLOCK].repeat_interleave(MXFP8_BLOCK, 1)[:, :cols]
+
+
+def mxfp8_dequantize(data: torch.Tensor, scale: torch.Tensor, block_rows: int, block_cols: int) -> torch.Tensor:
+    """fp32 values of MXFP8 data (M, K) with E8M0 scales over (br x bc) blocks."""
+    return data.float() * expand_block_scales(e8m0_to_float(scale), block_rows, block_cols, tuple(data.shape))
+
+
+# ------------------------------------------------------------------------ NVFP4
+def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 values (already clamped to [-6, 6]) to E2M1 codes, round-to-nearest-even.
+
+    Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0,
+    3.5 -> 4.0, 5.0 -> 4.0. As in TE: the sign bit is set only for x < 0, so -0.0 is code
+    0 and NaN (no E2M1 NaN) is code 0; +-inf saturate to +-6.
     """
     x = x.float()
     magnitude = torch.nan_to_num(x.abs(), nan=0.0, posinf=E2M1_MAX)
@@ -114,7 +259,25 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     lower = torch.bucketize(magnitude, midpoints, right=False)  # ties -> lower code
     upper = torch.bucketize(magnitude, midpoints, right=True)  # ties -> upper code
     index = torch.where(lower % 2 == 0, lower, upper)  # at a tie, keep the even one
-    sign = (torch.signbit(x) & ~torch.isnan(x)).to(torch.uint8)
+    sign = (x < 0).to(torch.uint8)
+    return (sign << 3) | index.to(torch.uint8)
+
+
+def e2m1_encode_stochastic(x: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Stochastic rounding to E2M1: round away from zero with probability equal to the
+    distance from the lower neighbour over the gap (``uniform`` in [0, 1), same shape).
+
+    Unbiased: E[decode(code)] = x for |x| <= 6. Values already on the grid never move.
+    """
+    x = x.float()
+    magnitude = torch.nan_to_num(x.abs(), nan=0.0, posinf=E2M1_MAX).clamp(max=E2M1_MAX)
+    values = torch.tensor(E2M1_VALUES, device=x.device)
+    lower = (torch.bucketize(magnitude, values, right=True) - 1).clamp(0, len(E2M1_VALUES) - 1)
+    upper = (lower + 1).clamp(max=len(E2M1_VALUES) - 1)
+    gap = values[upper] - values[lower]
+    fraction = torch.where(gap > 0, (magnitude - values[lower]) / torch.where(gap > 0, gap, 1.0), 0.0)
+    index = torch.where(uniform.float() < fraction, upper, lower)
+    sign = (x < 0).to(torch.uint8)
     return (sign << 3) | index.to(torch.uint8)
 
 
@@ -143,6 +306,57 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], -1)
 
 
+def nvfp4_global_encode_scale(global_amax: torch.Tensor) -> torch.Tensor:
+    """S = min(448 * 6 / amax, FP32_MAX) (one division; amax 0 -> FP32_MAX); S == 0 (an
+    infinite amax) -> 1."""
+    global_amax = global_amax.float()
+    scale = torch.div(torch.full_like(global_amax, NVFP4_GLOBAL_MAX), global_amax)
+    scale = torch.clamp(scale, max=FP32_MAX)
+    return torch.where(scale == 0, torch.ones_like(scale), scale)
+
+
+def nvfp4_quantize(
+    x2d: torch.Tensor,
+    global_amax: torch.Tensor,
+    block_rows: int = 1,
+    *,
+    uniform: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 over (1 x 16) or (16 x 16) blocks: ``(packed codes (M, K/2), E4M3 scales (M, K/16))``.
+
+    With S = :func:`nvfp4_global_encode_scale` of ``global_amax``: each block's decode
+    scale is ``e4m3(min(block_amax * (S * fp32(1/6)), FP32_MAX))`` (saturating at 448), its
+    encode scale ``min(1 / (decode * fp32(1/S)), FP32_MAX)`` -- a block whose decode scale
+    rounds to 0 encodes with FP32_MAX, so its nonzero elements saturate to +-6 -- and the
+    elements are ``e2m1(clamp(x * encode, -6, 6))``. 16 x 16 blocks share one amax and one
+    scale (repeated on the 16 rows of the tile). ``uniform`` (same shape as ``x2d``, in
+    [0, 1)) switches the E2M1 rounding to stochastic.
+    """
+    rows, cols = x2d.shape
+    block = block_amax(x2d, block_rows, NVFP4_BLOCK)  # (ceil(M/br), ceil(K/16))
+    if block_rows > 1:
+        block = block.repeat_interleave(block_rows, 0)[:rows]
+    encode_global = nvfp4_global_encode_scale(global_amax).reshape(())
+    decode_global = torch.div(torch.ones_like(encode_global), encode_global)
+    multiplier = encode_global * torch.reciprocal(torch.tensor(E2M1_MAX, device=x2d.device))
+    decode = torch.clamp(block * multiplier, max=FP32_MAX)
+    decode = torch.clamp(decode, -448.0, 448.0).to(torch.float8_e4m3fn)
+    encode = torch.clamp(torch.div(torch.ones_like(block), decode.float() * decode_global), max=FP32_MAX)
+    scaled = x2d.float() * expand_block_scales(encode, 1, NVFP4_BLOCK, (rows, cols))
+    clipped = torch.clamp(scaled, -E2M1_MAX, E2M1_MAX)
+    codes = e2m1_encode(clipped) if uniform is None else e2m1_encode_stochastic(clipped, uniform)
+    return pack_fp4(codes), decode
+
+
+def nvfp4_dequantize(packed: torch.Tensor, scale: torch.Tensor, global_amax: torch.Tensor) -> torch.Tensor:
+    """fp32 values of NVFP4 codes as TE's dequantize kernel forms them:
+    ``e2m1 * ((e4m3_scale * amax) * fp32(1 / (6 * 448)))``."""
+    values = e2m1_decode(unpack_fp4(packed))
+    factor = torch.reciprocal(torch.tensor(NVFP4_GLOBAL_MAX, dtype=torch.float32, device=packed.device))
+    block = (scale.float() * global_amax.float().reshape(())) * factor
+    return values * expand_block_scales(block, 1, NVFP4_BLOCK, tuple(values.shape))
+
+
 def sylvester_hadamard(n: int) -> torch.Tensor:
     """The n x n Sylvester Hadamard matrix (entries +-1), n a power of two."""
     if n < 1 or n & (n - 1):
@@ -153,37 +367,58 @@ def sylvester_hadamard(n: int) -> torch.Tensor:
     return h
 
 
-@functools.lru_cache(maxsize=64)
-def _hadamard_from_mask(sign_mask: int, n: int) -> torch.Tensor:
-    bits = torch.tensor([(sign_mask >> i) & 1 for i in range(n)], dtype=torch.float32)
-    signs = 1.0 - 2.0 * bits  # bit i set -> row i negated
-    return (signs[:, None] * sylvester_hadamard(n)) / math.sqrt(n)
+def sign_mask_from_signs(signs: tuple[int, ...]) -> int:
+    """Bit i set where sign i is -1 (TE's encoding of the RHT sign vector)."""
+    return sum(1 << i for i, s in enumerate(signs) if s == -1)
 
 
-def random_hadamard_matrix(sign_mask: int, n: int = 16) -> torch.Tensor:
-    """Orthonormal ``diag(signs) @ H_n / sqrt(n)``; bit i of ``sign_mask`` negates row i.
+TE_RHT_SIGN_MASK = sign_mask_from_signs(TE_RHT_SIGNS)
 
-    Derived state: rebuilt from the integer mask whenever needed (cached), so a quantizer
-    only ever stores the mask. Returns a fresh fp32 CPU tensor (never the cached one).
+
+def _hadamard_rows(sign_mask: int, n: int) -> tuple[tuple[float, ...], ...]:
+    # Plain Python (Dynamo may trace this inside a fake impl): the Sylvester entry (i, j) is
+    # (-1)**popcount(i & j); bit i of the mask negates row i.
+    scale = 1.0 / math.sqrt(n)
+    rows = []
+    for i in range(n):
+        sign = -1.0 if (sign_mask >> i) & 1 else 1.0
+        rows.append(tuple(sign * scale * (-1.0 if bin(i & j).count("1") % 2 else 1.0) for j in range(n)))
+    return tuple(rows)
+
+
+def random_hadamard_matrix(
+    sign_mask: int = TE_RHT_SIGN_MASK, n: int = NVFP4_BLOCK, *, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Orthonormal ``diag(signs) @ H_n / sqrt(n)`` (fp32); bit i of ``sign_mask`` negates row i.
+
+    Derived state: rebuilt from the integer mask whenever needed, so a quantizer only ever
+    stores the mask. Built from Python data (no cache, no tensor ops), so it can also be
+    made under a fake-tensor mode or traced by Dynamo.
     """
     if not 0 <= sign_mask < (1 << n):
         raise ValueError(f"random_hadamard_matrix: sign_mask must fit in {n} bits, got {sign_mask}")
-    return _hadamard_from_mask(sign_mask, n).clone()
+    return torch.tensor(_hadamard_rows(sign_mask, n), dtype=torch.float32, device=device)
 
 
 def apply_hadamard(x: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-    """Multiply every consecutive group of n elements of the last dim by ``matrix`` (n x n)."""
+    """``groups @ matrix`` for every consecutive group of n elements of the last dim.
+
+    The 16-term sums of +-x/4 are formed in float64 (exact for any realistic spread of
+    magnitudes) and rounded once to fp32, then to the input's dtype: a correctly rounded
+    transform, bf16 for bf16 input as TE's RHT writes it, independent of summation order.
+    """
     n = matrix.shape[0]
     if x.shape[-1] % n:
         raise ValueError(f"apply_hadamard: last dim {x.shape[-1]} is not a multiple of {n}")
-    groups = x.float().reshape(*x.shape[:-1], -1, n)
-    return (groups @ matrix.to(groups.device)).reshape(x.shape)
+    groups = x.double().reshape(*x.shape[:-1], -1, n)
+    return (groups @ matrix.double().to(groups.device)).reshape(x.shape).float().to(x.dtype)
 
 
+# ------------------------------------------------------------------------ blocks
 def flatten_2d(x: torch.Tensor) -> torch.Tensor:
-    """(..., K) -> (M, K) with M the product of the leading dims (a 1-D x is one row)."""
+    """(..., K) -> (M, K) with M the product of the leading dims; a 0-d x is one 1 x 1 row."""
     if x.dim() == 0:
-        raise ValueError("flatten_2d: a quantized tensor needs at least one dimension")
+        return x.reshape(1, 1)
     return x.reshape(-1, x.shape[-1])
 
 
@@ -204,11 +439,6 @@ def expand_block_scales(scales: torch.Tensor, block_rows: int, block_cols: int, 
     """(ceil(M/br), ceil(K/bc)) per-block values -> (M, K), each repeated over its block."""
     full = scales.repeat_interleave(block_rows, 0).repeat_interleave(block_cols, 1)
     return full[: shape[0], : shape[1]]
-
-
-def block_amax(x2d: torch.Tensor, block_rows: int, block_cols: int) -> torch.Tensor:
-    """max|x| of every (br x bc) block of an (M, K) tensor (fp32, NaN-propagating)."""
-    return to_blocks(x2d.float().abs(), block_rows, block_cols).amax(dim=-1)
 
 
 def error_stats(reference: torch.Tensor, approx: torch.Tensor) -> dict[str, float]:

@@ -39,7 +39,7 @@ import torch
 from tetrt_support.quant.fake_impls import FakeImplStrategy, get_strategy
 
 if TYPE_CHECKING:
-    from tetrt_support.quant.tensors import QuantizedTensor
+    from tetrt_support.quant.base import QuantizedTensor
 
 OP_NAMESPACE = "tetrt_quant"
 
@@ -73,7 +73,7 @@ def _without_aliases(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Ten
 # --------------------------------------------------------------------------- GEMMs
 def _tensorwise_fp8(t: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(data, scale_inv) of a per-tensor scaled row-wise FP8 tensor, else None."""
-    from tetrt_support.quant.tensors import Float8Tensor
+    from tetrt_support.quant.float8_tensor import Float8Tensor
 
     if isinstance(t, Float8Tensor) and t._data is not None and t._scale_inv.numel() == 1:
         return t._data, t._scale_inv.reshape(())
@@ -85,9 +85,20 @@ def _column_major(t: torch.Tensor) -> torch.Tensor:
 
 
 def quantized_matmul(
-    a: QuantizedTensor, b: QuantizedTensor, *, transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype = torch.float32
+    a: QuantizedTensor,
+    b: QuantizedTensor,
+    *,
+    transpose_a: bool,
+    transpose_b: bool,
+    out_dtype: torch.dtype = torch.float32,
+    layout_a: str | None = None,
+    layout_b: str | None = None,
 ) -> torch.Tensor:
     """``op(a) @ op(b)`` of two 2-D quantized tensors (``op`` = transpose or not).
+
+    ``layout_a`` / ``layout_b`` name the quantized copy each operand is read from, as TE's
+    GEMMs pick them: fprop row-wise x row-wise, dgrad row-wise grad x column-wise weight,
+    wgrad column-wise grad x column-wise input (None: the first copy present).
 
     The FP8 GEMM writes ``out_dtype`` directly; the emulated path returns fp32.
 
@@ -98,6 +109,12 @@ def quantized_matmul(
     (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
     """
+    from tetrt_support.quant.kernels.dispatch import fast_matmul  # the GPU's GEMMs; None -> the reference
+
+    fast = fast_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, out_dtype=out_dtype,
+                       layout_a=layout_a, layout_b=layout_b)
+    if fast is not None:
+        return fast
     fa, fb = _tensorwise_fp8(a), _tensorwise_fp8(b)
     if fa is not None and fb is not None and hasattr(torch, "_scaled_mm"):
         (a_data, a_scale), (b_data, b_scale) = fa, fb
@@ -107,8 +124,8 @@ def quantized_matmul(
         # out_dtype straight from the GEMM: an fp32 result and a separate cast would be two
         # more passes over the output (at 8192^2 as much traffic as quantizing an operand).
         return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=out_dtype)
-    lhs = a.dequantize(torch.float32)
-    rhs = b.dequantize(torch.float32)
+    lhs = a.dequantize(torch.float32, layout=layout_a)
+    rhs = b.dequantize(torch.float32, layout=layout_b)
     return (lhs.t() if transpose_a else lhs) @ (rhs.t() if transpose_b else rhs)
 
 
@@ -150,7 +167,7 @@ def _forward_impl(strategy: FakeImplStrategy):
             w_q = strategy.reassemble(strategy.fake_quantized(weight_quantizer, weight.shape, weight.dtype, "meta"), weight_cache)
         else:
             w_q = weight_quantizer.quantize(weight)
-        out = quantized_matmul(x_q, w_q, transpose_a=False, transpose_b=True,
+        out = quantized_matmul(x_q, w_q, transpose_a=False, transpose_b=True, layout_a="rowwise", layout_b="rowwise",
                                out_dtype=x.dtype if bias is None else torch.float32)
         if bias is not None:
             out = out + bias.float()
@@ -182,8 +199,12 @@ def _backward_impl(strategy: FakeImplStrategy):
         x_q = strategy.reassemble(strategy.fake_quantized(input_quantizer, input_shape, dtype, "meta"), input_buffers)
         w_q = strategy.reassemble(strategy.fake_quantized(weight_quantizer, weight_shape, dtype, "meta"), weight_buffers)
         g_q = grad_quantizer.quantize(grad_output.contiguous())
-        dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False, out_dtype=dtype).to(dtype)
-        wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False, out_dtype=dtype).to(dtype)
+        # TE's operand layouts: dgrad reads the weight column-wise, wgrad both operands
+        # column-wise (quantized along the tokens; where NVFP4's RHT applies).
+        dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False, out_dtype=dtype,
+                                 layout_a="rowwise", layout_b="columnwise").to(dtype)
+        wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False, out_dtype=dtype,
+                                 layout_a="columnwise", layout_b="columnwise").to(dtype)
         dbias = grad_output.sum(0).to(dtype) if has_bias else None
         return dgrad, wgrad, dbias
 

@@ -1,15 +1,24 @@
-"""Recipe name -> the (input, weight, grad) quantizers of a quantized Linear.
+"""Recipe name -> the (input, weight, grad) quantizers of a quantized Linear, with TE's defaults.
 
-The pairings follow TransformerEngine's reference recipes (DESIGN.md section 4):
+Each recipe is TransformerEngine's recipe of that name with its default settings per
+tensor role (``transformer_engine.common.recipe``):
 
-- ``fp8_current`` (Float8CurrentScaling, HYBRID format): per-tensor current scaling,
-  E4M3 for activations and weights, E5M2 (more range) for gradients;
-- ``fp8_block`` (Float8BlockScaling): 1x128 blocks for activations and gradients,
-  128x128 blocks for weights, E4M3 throughout, power-of-2 scales;
-- ``mxfp8`` (MXFP8BlockScaling): 1x32 blocks with E8M0 scales, E4M3 throughout;
-- ``nvfp4`` (NVFP4BlockScaling): E2M1 with 1x16 E4M3 block scales and a global scale.
-  TransformerEngine additionally applies a random Hadamard transform to the wgrad
-  operands and stochastic rounding to gradients; neither is modelled in this recipe.
+- ``fp8_current`` (``Float8CurrentScaling``, HYBRID format): per-tensor current scaling,
+  E4M3 for inputs and weights, E5M2 (more range) for gradients, fp32 scales;
+- ``fp8_block`` (``Float8BlockScaling``): E4M3 throughout, power-of-2 scales, 1x128
+  blocks for inputs and gradients, 128x128 blocks for weights;
+- ``mxfp8`` (``MXFP8BlockScaling``): E4M3 throughout, 1x32 blocks;
+  ``enable_2d_quantization=True`` gives the weights 32x32 blocks (TE's default is off);
+- ``nvfp4`` (``NVFP4BlockScaling``): E2M1 with E4M3 block scales; inputs get the random
+  Hadamard transform (on their column-wise operand), weights 16x16 blocks, gradients the
+  RHT and stochastic rounding; ``disable_rht``, ``disable_stochastic_rounding`` and
+  ``disable_2d_quantization`` switch them off as TE's recipe fields do.
+
+Amax reduction: TE's ``Float8CurrentScaling`` and NVFP4 reduce a tensor's amax over the
+tensor-parallel group when one is set; here the group is a per-call ``quantize`` option
+(``amax_reduction_group=``), never stored in a value quantizer. FP8 delayed scaling
+(``Float8Quantizer``, HYBRID, a history of 1024, ``"max"``) is stateful and is driven
+through its own ``update_scale``; it is no Linear recipe here.
 
 Each call builds fresh quantizers (value quantizers: equal recipes give equal, hence
 compile-cache-sharing, quantizers).
@@ -19,10 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from tetrt_support.quant.quantizer import Quantizer
+from tetrt_support.quant.base import Quantizer
 
 
 @dataclass(frozen=True)
@@ -40,30 +50,35 @@ class Recipe:
 
 
 def _fp8_current() -> Recipe:
-    from tetrt_support.quant.float8 import Float8CurrentScalingQuantizer as Q
+    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer as Q
 
     return Recipe("fp8_current", Q, Q, lambda: Q(torch.float8_e5m2))
 
 
 def _fp8_block() -> Recipe:
-    from tetrt_support.quant.blockwise import Float8BlockQuantizer as Q
+    from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer as Q
 
-    return Recipe("fp8_block", Q, lambda: Q(block_scaling_dim=2), Q)
-
-
-def _mxfp8() -> Recipe:
-    from tetrt_support.quant.mxfp8 import MXFP8Quantizer as Q
-
-    return Recipe("mxfp8", Q, Q, Q)
+    return Recipe("fp8_block", lambda: Q(block_scaling_dim=1), lambda: Q(block_scaling_dim=2), lambda: Q(block_scaling_dim=1))
 
 
-def _nvfp4() -> Recipe:
-    from tetrt_support.quant.nvfp4 import NVFP4Quantizer as Q
+def _mxfp8(*, enable_2d_quantization: bool = False) -> Recipe:
+    from tetrt_support.quant.mxfp8_tensor import MXFP8Quantizer as Q
 
-    return Recipe("nvfp4", Q, Q, Q)
+    return Recipe("mxfp8", Q, lambda: Q(with_2d_quantization=enable_2d_quantization), Q)
 
 
-_RECIPES: dict[str, Callable[[], Recipe]] = {
+def _nvfp4(*, disable_rht: bool = False, disable_stochastic_rounding: bool = False, disable_2d_quantization: bool = False) -> Recipe:
+    from tetrt_support.quant.nvfp4_tensor import NVFP4Quantizer as Q
+
+    return Recipe(
+        "nvfp4",
+        lambda: Q(with_rht=not disable_rht),
+        lambda: Q(with_2d_quantization=not disable_2d_quantization),
+        lambda: Q(with_rht=not disable_rht, stochastic_rounding=not disable_stochastic_rounding),
+    )
+
+
+_RECIPES: dict[str, Callable[..., Recipe]] = {
     "fp8_current": _fp8_current,
     "fp8_block": _fp8_block,
     "mxfp8": _mxfp8,
@@ -72,8 +87,9 @@ _RECIPES: dict[str, Callable[[], Recipe]] = {
 RECIPES: tuple[str, ...] = tuple(_RECIPES)
 
 
-def get_recipe(name: str) -> Recipe:
-    """The recipe called ``name``; a ValueError names the valid ones."""
+def get_recipe(name: str, **options: Any) -> Recipe:
+    """The recipe called ``name`` (``options``: that recipe's TE switches); a ValueError
+    names the valid recipes, a TypeError an option the recipe does not have."""
     if name not in _RECIPES:
         raise ValueError(f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}")
-    return _RECIPES[name]()
+    return _RECIPES[name](**options)

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import torch
 
 if TYPE_CHECKING:
-    from tetrt_support.quant.quantizer import Quantizer
-    from tetrt_support.quant.tensors import QuantizedTensor
+    from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
 
 @runtime_checkable

@@ -22,9 +22,8 @@ from typing import Any
 
 import torch
 
+from tetrt_support.quant.base import QuantizedTensor, Quantizer
 from tetrt_support.quant.ops import OP_NAMESPACE, opaque_type_name
-from tetrt_support.quant.quantizer import Quantizer
-from tetrt_support.quant.tensors import QuantizedTensor
 
 
 @functools.cache

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from tetrt_support.quant.quantizer import Quantizer
-    from tetrt_support.quant.tensors import QuantizedTensor
+    from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
 FLAT_NAMES_ATTR = "_te_flat_names"
 FLAT_CTX_ATTR = "_te_flat_ctx"

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from tetrt_support.quant.quantizer import Quantizer
-    from tetrt_support.quant.tensors import QuantizedTensor
+    from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
 
 @dataclass(frozen=True)

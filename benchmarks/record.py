@@ -1,0 +1,72 @@
+"""What every results file records: the machine, the run's kind, failures; and where it goes.
+
+A full run writes ``benchmarks/results/<name>.json`` (committed; the notebooks read it).
+A ``--quick`` smoke run writes ``benchmarks/results/smoke/<name>.json``, which git
+ignores, and marks the file ``"smoke_run": true`` so that no reader mistakes it for a
+measurement.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+from typing import Any
+
+from tetrt_support.report.results import RESULTS_DIR
+
+SMOKE_DIR = RESULTS_DIR / "smoke"
+
+
+def results_path(name: str, *, smoke: bool, out_dir: pathlib.Path | None = None) -> pathlib.Path:
+    """Where the results file ``name`` (without ``.json``) of this run goes."""
+    return (out_dir or (SMOKE_DIR if smoke else RESULTS_DIR)) / f"{name}.json"
+
+
+def machine(device: str = "cpu") -> dict[str, Any]:
+    """The host, the versions and (on CUDA) the GPU a run measured on."""
+    import torch
+
+    info: dict[str, Any] = {
+        "when_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "device": device,
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    info["cuda"] = torch.cuda.is_available()
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    multiprocessors=props.multi_processor_count, cuda_runtime=torch.version.cuda)
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+        except ImportError:
+            pass
+    return info
+
+
+def error_record(e: BaseException) -> dict[str, str]:
+    """A failure as a results entry: the exception type and the first line of its message."""
+    first = str(e).splitlines()[0][:300] if str(e) else ""
+    return {"error": f"{type(e).__name__}: {first}"}
+
+
+def write(path: pathlib.Path, result: dict[str, Any], *, indent: int = 2) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=indent) + "\n")

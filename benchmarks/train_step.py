@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""Training-step benchmark of quantized Linears on a GPU, against bf16 and torchao.
+
+    python -m benchmarks.train_step                       # -> benchmarks/results/train_step_cuda.json
+    python -m benchmarks.train_step --sizes 8192x4096x4096 --variants bf16,fp8_current --profile prof/
+
+One step: ``y = layer(x); y.backward(dy)`` for one Linear without bias, bf16 weight and
+activations, the layer ``torch.compile``d (inductor), gradients reset to None before each
+step. Variants: ``bf16`` (``torch.nn.Linear``), ``torchao_float8_tensorwise`` (torchao's
+float8 training, tensorwise recipe; benchmark-only, from the optional ``bench`` extra) and
+this project's recipes (``fp8_current``, ``fp8_block``, ``mxfp8``, ``nvfp4``; MXFP8 and
+NVFP4 emulated on Hopper). Sizes ``TxKxN``: T tokens, K in-features, N out-features. All
+variants of a size are timed round-robin in one process (:mod:`tetrt_support.report.timing`),
+so the ratios to bf16 are side by side; a sample is 10 back-to-back steps between CUDA
+events.
+
+Also: the FP8 forward against raw ``torch._scaled_mm`` on already-quantized operands
+(``--forward-size``, default 8192^3; with and without a cached weight), an optional
+profile of one variant (``--profile DIR``: the top kernels by GPU time and the host time
+per step), and the quantize-path switch ``TETRT_QUANT_KERNELS=0`` (reference quantizers)
+for a before/after in one run (``--reference-too``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-train-step-"))
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+
+# Every variant of a size is compiled at once (they are timed in turn), and the quantized
+# Linears of the four recipes share one ``forward`` code object: each is one cache entry.
+torch._dynamo.config.recompile_limit = 64
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
+DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES)
+DEFAULT_SIZES = ("8192x4096x4096", "16384x8192x8192")
+
+
+def machine() -> dict[str, Any]:
+    try:
+        from benchmarks.record import machine as record
+
+        info = record("cuda")
+    except Exception as e:  # noqa: BLE001 - the record helper is optional here
+        info = {"torch": torch.__version__, "record_error": f"{type(e).__name__}: {e}"}
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        import torchao
+
+        info["torchao"] = torchao.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.Module:
+    if variant in ("bf16", "torchao_float8_tensorwise"):
+        layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+        if variant == "bf16":
+            return layer
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        model = torch.nn.Sequential(layer)
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"))
+        return model
+    from tetrt_support.quant.linear import Linear
+
+    layer = Linear(k, n, bias=False, recipe=variant, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+    return layer
+
+
+def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "default") -> Callable[[], None]:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
+    x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    layer = make_layer(variant, k, n, weight)
+    compiled = torch.compile(layer, fullgraph=True, mode=None if mode == "default" else mode)
+    params = list(layer.parameters())
+
+    def step() -> None:
+        for p in params:
+            p.grad = None
+        x.grad = None
+        compiled(x).backward(dy)
+
+    return step
+
+
+def host_ms_per_step(step: Callable[[], None], steps: int = 20) -> float:
+    """Host time of ``steps`` steps issued back to back (the device queue absorbs them)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return host / steps * 1e3
+
+
+def bench_size(size: str, variants: list[str], rounds: int, mode: str = "default") -> dict[str, Any]:
+    from tetrt_support.report.timing import time_round_robin
+
+    t, k, n = (int(v) for v in size.split("x"))
+    fns: dict[str, Callable[[], None]] = {}
+    out: dict[str, Any] = {"T_K_N": [t, k, n], "compile_mode": mode, "variants": {}}
+    for variant in variants:
+        t0 = time.perf_counter()
+        try:
+            fn = step_fn(variant, t, k, n, mode=mode)
+            fn()  # compile
+            fn()  # (reduce-overhead records its CUDA graphs on the first calls)
+            torch.cuda.synchronize()
+            fns[variant] = fn
+            out["variants"][variant] = {"first_step_s": time.perf_counter() - t0}
+        except Exception as e:  # noqa: BLE001 - one broken variant must not hide the others
+            out["variants"][variant] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+    errors: dict[str, BaseException] = {}
+    timings = time_round_robin(fns, rounds=rounds, device="cuda", calls_per_sample=10, warmup=2, errors=errors)
+    for name, e in errors.items():
+        out["variants"][name]["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    flops = 3 * 2 * t * k * n
+    for name, timing in timings.items():
+        entry = out["variants"][name]
+        entry.update(median_s=timing.median_s, best_s=timing.best_s, TFLOPs=flops / timing.median_s / 1e12,
+                     host_ms_per_step=host_ms_per_step(fns[name]), **timing.protocol())
+    base = out["variants"].get("bf16", {}).get("median_s")
+    for entry in out["variants"].values():
+        if base and "median_s" in entry:
+            entry["speedup_vs_bf16"] = base / entry["median_s"]
+    del fns
+    torch._dynamo.reset()  # the next size (or mode) compiles afresh
+    torch.cuda.empty_cache()
+    return out
+
+
+def bench_forward(size: int, rounds: int) -> dict[str, Any]:
+    """FP8 current-scaling forward (quantize x and W, GEMM) against raw ``torch._scaled_mm``."""
+    from tetrt_support.quant.linear import Linear
+    from tetrt_support.report.timing import time_round_robin
+
+    m = n = k = size
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
+
+    def fp8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scale = 448.0 / t.abs().amax().float()
+        return (t.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale.reciprocal()
+
+    xq, xs = fp8(x)
+    wq, ws = fp8(w)
+    layer = Linear(k, n, bias=False, recipe="fp8_current", device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer(x, is_first_microbatch=True)
+    compiled = torch.compile(layer, fullgraph=True)
+
+    def raw() -> Any:
+        return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return layer(x)
+
+    def forward_cached() -> Any:
+        with torch.no_grad():
+            return layer(x, is_first_microbatch=False)
+
+    def forward_compiled() -> Any:
+        with torch.no_grad():
+            return compiled(x)
+
+    fns = {"scaled_mm_raw": raw, "fp8_current_forward": forward, "fp8_current_forward_cached_weight": forward_cached,
+           "fp8_current_forward_compiled": forward_compiled}
+    errors: dict[str, BaseException] = {}
+    timings = time_round_robin(fns, rounds=rounds, device="cuda", calls_per_sample=10, warmup=3, errors=errors)
+    out: dict[str, Any] = {"m_n_k": [m, n, k], "variants": {}}
+    for name, timing in timings.items():
+        out["variants"][name] = {"median_s": timing.median_s, "best_s": timing.best_s,
+                                 "TFLOPs": 2 * m * n * k / timing.median_s / 1e12}
+    for name, e in errors.items():
+        out["variants"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    raw_s = out["variants"].get("scaled_mm_raw", {}).get("median_s")
+    for name, entry in out["variants"].items():
+        if raw_s and "median_s" in entry:
+            entry["throughput_vs_scaled_mm"] = raw_s / entry["median_s"]
+    return out
+
+
+def host_profile(variant: str, size: str, directory: pathlib.Path, steps: int = 30) -> dict[str, Any]:
+    """cProfile of ``steps`` steps: where the host's time per step goes (top functions)."""
+    import cProfile
+    import io
+    import pstats
+
+    t, k, n = (int(v) for v in size.split("x"))
+    step = step_fn(variant, t, k, n)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("tottime")
+    stats.print_stats(45)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"host_profile_{variant}_{size}.txt").write_text(text.getvalue())
+    cumulative = io.StringIO()
+    pstats.Stats(profiler, stream=cumulative).sort_stats("cumulative").print_stats(45)
+    (directory / f"host_profile_{variant}_{size}_cumulative.txt").write_text(cumulative.getvalue())
+    return {"variant": variant, "size": size, "steps": steps}
+
+
+def profile(variant: str, size: str, directory: pathlib.Path) -> dict[str, Any]:
+    """Top kernels by GPU time over 5 steps, per step; the table also goes to ``directory``."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    t, k, n = (int(v) for v in size.split("x"))
+    step = step_fn(variant, t, k, n)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    steps = 5
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    table = events.table(sort_by="self_cuda_time_total", row_limit=30)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"profile_{variant}_{size}.txt").write_text(table + "\n")
+    kernels = []
+    for e in events:
+        if not str(getattr(e, "device_type", "")).endswith("CUDA"):
+            continue  # CPU-side ranges (ops, custom ops) would count their kernels twice
+        device_us = getattr(e, "self_device_time_total", None)
+        if device_us is None:
+            device_us = getattr(e, "self_cuda_time_total", 0)
+        if device_us > 0:
+            kernels.append({"name": e.key[:120], "us_per_step": device_us / steps, "calls_per_step": e.count / steps})
+    kernels.sort(key=lambda r: -r["us_per_step"])
+    return {"variant": variant, "size": size, "steps": steps, "gpu_us_per_step": sum(r["us_per_step"] for r in kernels),
+            "kernels": kernels[:25], "host_ms_per_step": host_ms_per_step(step)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(DEFAULT_SIZES))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--forward-size", type=int, default=8192, help="0 skips the forward-vs-_scaled_mm suite")
+    parser.add_argument("--profile", type=pathlib.Path, default=None, help="directory for the profile of --profile-variant")
+    parser.add_argument("--profile-variant", default="fp8_current",
+                        help="comma-separated VARIANT or VARIANT@TxKxN (default size: the first of --sizes)")
+    parser.add_argument("--modes", default="default",
+                        help="comma-separated torch.compile modes: default, reduce-overhead (CUDA graphs)")
+    parser.add_argument("--reference-too", action="store_true",
+                        help="also time this project's recipes with TETRT_QUANT_KERNELS=0 (reference quantizers)")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "train_step_cuda.json")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks.train_step: needs a CUDA device")
+    started = time.perf_counter()
+    result: dict[str, Any] = {"benchmark": "train_step", "machine": machine(), "suites": {}}
+    variants = [v for v in args.variants.split(",") if v]
+    sizes = [s for s in args.sizes.split(",") if s]
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+    steps: dict[str, Any] = {"step": "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor",
+                             "sizes": {}}
+    result["suites"]["train_step"] = steps
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
+        section = steps if mode == "default" else result["suites"].setdefault(
+            f"train_step_{mode}", {"step": steps["step"] + f", mode={mode!r}", "sizes": {}})
+        for size in sizes:
+            section["sizes"][size] = bench_size(size, variants, args.rounds, mode)
+            save()
+            print(mode, size, {v: round(e.get("speedup_vs_bf16", float("nan")), 3)
+                               for v, e in section["sizes"][size]["variants"].items()}, flush=True)
+    if args.reference_too:
+        os.environ["TETRT_QUANT_KERNELS"] = "0"
+        ref: dict[str, Any] = {}
+        for size in sizes:
+            ref[size] = bench_size(size, ["bf16", *[v for v in variants if v in RECIPES]], max(3, args.rounds // 3))
+        result["suites"]["train_step_reference_quantizers"] = ref
+        os.environ["TETRT_QUANT_KERNELS"] = "1"
+        save()
+    if args.forward_size:
+        result["suites"]["forward_vs_scaled_mm"] = bench_forward(args.forward_size, args.rounds)
+        save()
+    if args.profile is not None:
+        profiles = result["suites"]["profiles"] = {}
+        for item in [p for p in args.profile_variant.split(",") if p]:
+            variant, _, size = item.partition("@")
+            size = size or sizes[0]
+            try:
+                profiles[f"{variant}@{size}"] = profile(variant, size, args.profile)
+            except Exception as e:  # noqa: BLE001
+                profiles[f"{variant}@{size}"] = {"error": f"{type(e).__name__}: {e}"}
+            if item == args.profile_variant.split(",")[0]:
+                try:
+                    host_profile(variant, size, args.profile)
+                except Exception as e:  # noqa: BLE001
+                    result["suites"]["host_profile_error"] = f"{type(e).__name__}: {e}"
+            torch._dynamo.reset()
+    result["machine"]["benchmark_wall_s"] = time.perf_counter() - started
+    save()
+    print(f"wrote {args.out}")
+    print(json.dumps(summary(result), indent=1))
+
+
+QUICK_SIZES = ("2048x1024x1024",)
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """The default suites for ``python -m benchmarks.perf --suites train_step`` (a CUDA device
+    needed): ``{"suites": {...}}``, the same sections as this script's results file."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("the train_step suite needs a CUDA device")
+    sizes = QUICK_SIZES if quick else DEFAULT_SIZES
+    rounds = 3 if quick else 10
+    suites: dict[str, Any] = {"train_step": {
+        "step": "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor",
+        "sizes": {size: bench_size(size, list(DEFAULT_VARIANTS), rounds) for size in sizes}}}
+    suites["forward_vs_scaled_mm"] = bench_forward(1024 if quick else 8192, rounds)
+    return {"suites": suites}
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """Step speedups over bf16 per size, forward throughput over raw _scaled_mm, GPU/host ms."""
+    s: dict[str, Any] = {}
+    for size, entry in result["suites"].get("train_step", {}).get("sizes", {}).items():
+        for name, v in entry["variants"].items():
+            if "median_s" in v:
+                s[f"{size}.{name}"] = f"{v['median_s'] * 1e3:.3f} ms ({v['speedup_vs_bf16']:.3f}x), host {v['host_ms_per_step']:.2f} ms"
+            else:
+                s[f"{size}.{name}"] = v.get("error")
+    for suite, section in result["suites"].items():
+        if suite.startswith("train_step_") and suite != "train_step_reference_quantizers":
+            for size, entry in section.get("sizes", {}).items():
+                for name, v in entry["variants"].items():
+                    s[f"{suite}.{size}.{name}"] = (f"{v['median_s'] * 1e3:.3f} ms ({v['speedup_vs_bf16']:.3f}x)"
+                                                   if "median_s" in v else v.get("error"))
+    for size, entry in result["suites"].get("train_step_reference_quantizers", {}).items():
+        for name, v in entry["variants"].items():
+            if "median_s" in v:
+                s[f"reference_quantizers.{size}.{name}"] = f"{v['median_s'] * 1e3:.3f} ms"
+    for name, v in result["suites"].get("forward_vs_scaled_mm", {}).get("variants", {}).items():
+        s[f"forward.{name}"] = round(v["throughput_vs_scaled_mm"], 3) if "throughput_vs_scaled_mm" in v else v.get("error")
+    for key, prof in result["suites"].get("profiles", {}).items():
+        if "kernels" not in prof:
+            s[f"profile {key}"] = prof.get("error")
+            continue
+        s[f"profile {key}"] = f"GPU {prof['gpu_us_per_step']:.0f} us/step (kernels), host {prof['host_ms_per_step']:.2f} ms/step"
+        for r in prof["kernels"][:14]:
+            s[f"profile {key}: {r['name'][:60]}"] = f"{r['us_per_step']:.1f} us x{r['calls_per_step']:.0f}"
+    return s
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The elementwise rules that Torch-TensorRT's complex rewriter covers, and complex division,
+against eager PyTorch on ordinary, tiny, huge, largest-float, infinite and NaN inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.export import Dim
+
+from tests.complex.rule_harness import assert_same_as_eager, lowered
+
+STRATEGIES = ("rewrite", "retrace")
+DTYPES = (torch.complex64, torch.complex128)
+
+OPS = {
+    "div": lambda a: a / a.flip(0),
+    "reciprocal": torch.reciprocal,
+    "log2": torch.log2,
+    "log10": torch.log10,
+    "log1p": torch.log1p,
+    "expm1": torch.expm1,
+    "asin": torch.asin,
+    "acos": torch.acos,
+    "atan": torch.atan,
+    "asinh": torch.asinh,
+    "acosh": torch.acosh,
+    "atanh": torch.atanh,
+    "rsqrt": torch.rsqrt,
+    "sgn": torch.sgn,
+    "repeat": lambda a: a.repeat(2, 1),
+    "abs": torch.abs,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "exp": torch.exp,
+}
+# Ops whose rule gives eager's answer for infinite and NaN inputs too. The others follow
+# glibc's C99 special-value tables (casin, clog1p, ...) only for finite inputs: the rules
+# use Kahan's finite formulas, and a table of limits per quadrant is not written yet.
+EXACT_AT_INFINITY = {"div", "reciprocal", "log2", "log10", "expm1", "rsqrt", "sgn", "repeat", "abs", "log"}
+
+
+def _grid(dtype: torch.dtype, finite: bool) -> torch.Tensor:
+    """Every pair of 0, -0, +-1, 0.5, -2.5, 3, 0.9999, tiny, the smallest normal, huge,
+    the largest float (and inf, -inf, NaN unless ``finite``) as (real, imag)."""
+    real = dtype.to_real()
+    info = torch.finfo(real)
+    tiny, huge = (1e-30, 1e30) if real == torch.float32 else (1e-300, 1e300)
+    values = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 0.9999, tiny, info.tiny, huge, -huge, info.max]
+    if not finite:
+        values += [float("inf"), float("-inf"), float("nan")]
+    v = torch.tensor(values, dtype=real)
+    re, im = torch.meshgrid(v, v, indexing="ij")
+    return torch.complex(re.reshape(-1, 1), im.reshape(-1, 1)).expand(-1, 2).contiguous()
+
+
+def _rtol(dtype: torch.dtype) -> float:
+    return 2e-5 if dtype == torch.complex64 else 1e-10
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", list(OPS))
+def test_rule_matches_eager_on_finite_extremes(name: str, strategy: str, dtype: torch.dtype) -> None:
+    x = _grid(dtype, finite=True)
+    run = lowered(OPS[name], x, strategy=strategy)
+    assert_same_as_eager(OPS[name], run(x), x, rtol=_rtol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", sorted(EXACT_AT_INFINITY))
+def test_rule_matches_eager_on_infinities_and_nan(name: str, strategy: str, dtype: torch.dtype) -> None:
+    x = _grid(dtype, finite=False)
+    run = lowered(OPS[name], x, strategy=strategy)
+    assert_same_as_eager(OPS[name], run(x), x, rtol=_rtol(dtype))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", list(OPS))
+def test_rule_keeps_a_dynamic_dim_dynamic(name: str, strategy: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 2, dtype=torch.complex64, generator=g)
+    run = lowered(OPS[name], x, strategy=strategy, dynamic_shapes=(({0: Dim("n", min=2, max=64)},),))
+    other = torch.randn(9, 2, dtype=torch.complex64, generator=g)
+    assert_same_as_eager(OPS[name], run(other), other, rtol=2e-5)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_division_does_not_overflow_where_torch_does_not(strategy: str) -> None:
+    """The textbook (ac + bd) / (c^2 + d^2) gives 0 and NaN here; torch's scaled division gives 1."""
+    big = torch.tensor([1e30 + 1e30j, 3e-30 - 4e-30j], dtype=torch.complex64)
+    run = lowered(lambda a, b: a / b, big, big, strategy=strategy)
+    got = torch.view_as_complex(run(big, big))
+    torch.testing.assert_close(got, torch.ones(2, dtype=torch.complex64))
+    assert_same_as_eager(lambda a, b: a / b, run(big, big), big, big, rtol=1e-6)

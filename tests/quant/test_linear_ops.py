@@ -1,0 +1,164 @@
+"""The Linear custom ops: registration checks, the aliasing rule, numerics, flat protocol."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tetrt_support.quant  # noqa: F401  (registers the quantizers as opaque value types)
+from tetrt_support.quant.fake_impls import FAKE_IMPLS, get_strategy
+from tetrt_support.quant.fake_impls.make_empty_traceable import make_empty_traceable
+from tetrt_support.quant.fake_impls.tensor_proto import TensorProto
+from tetrt_support.quant.linear import Linear
+from tetrt_support.quant.ops import flatten_quantized, linear_ops, opaque_type_name
+from tetrt_support.quant.recipes import RECIPES, get_recipe
+
+
+def _forward_args(layer: Linear, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> tuple:
+    return (x, layer.weight, layer.bias, cache or [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer)
+
+
+def _storages(tensors) -> list[int]:
+    return [t.untyped_storage().data_ptr() for t in tensors if t is not None and t.numel() > 0]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
+def test_opcheck(recipe: str, fake_impl: str) -> None:
+    """torch.library's own checks: schema (aliasing and mutation included), autograd
+    registration and fake impl for the forward op; fake impl and AOT dispatch (dynamic
+    shapes) for the backward op. Not run, because opcheck's helpers cannot handle FP8
+    tensors on CPU (no sum/mul kernels for float8): forward test_aot_dispatch_dynamic
+    (it sums every output into a loss) and backward test_schema (it does arithmetic on
+    the FP8 inputs). Both paths are exercised by the aot_eager compile tests and the
+    explicit aliasing test below."""
+    layer = Linear(64, 32, recipe=recipe, fake_impl=fake_impl)
+    x = torch.randn(32, 64, requires_grad=True)
+    args = _forward_args(layer, x)
+    torch.library.opcheck(layer._ops.forward, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    _, x_flat, w_flat = layer._ops.forward(*args)
+    backward_args = (
+        torch.randn(32, 32), [t.detach() for t in x_flat], [t.detach() for t in w_flat],
+        layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer, [32, 64], [32, 64], torch.float32, True,
+    )
+    torch.library.opcheck(layer._ops.backward, backward_args, test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("cached", [False, True], ids=["fresh-weight", "cached-weight"])
+def test_outputs_alias_no_input_and_no_other_output(recipe: str, cached: bool) -> None:
+    layer = Linear(64, 32, recipe=recipe)
+    x = torch.randn(32, 64)
+    cache = flatten_quantized(layer.weight_quantizer.quantize(layer.weight.detach())) if cached else []
+    out, x_flat, w_flat = layer._ops.forward(*_forward_args(layer, x, cache))
+    assert (len(w_flat) == 0) == cached  # the cached weight came in, so it is not returned again
+    outputs = _storages([out, *x_flat, *w_flat])
+    assert len(set(outputs)) == len(outputs)
+    assert not set(outputs) & set(_storages([x, layer.weight, layer.bias, *cache]))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
+def test_forward_and_backward_equal_the_dequantized_reference(recipe: str, fake_impl: str) -> None:
+    """The GEMMs (torch._scaled_mm for per-tensor FP8, fp32 matmul of dequantized
+    operands for block formats) equal fp32 arithmetic on the dequantized operands."""
+    layer = Linear(64, 32, recipe=recipe, fake_impl=fake_impl)
+    x = torch.randn(32, 64, requires_grad=True)
+    grad = torch.randn(32, 32)
+    y = layer(x)
+    torch.manual_seed(7)  # NVFP4 gradients round stochastically: same random numbers twice
+    y.backward(grad)
+    qx, qw, qg = layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer
+    xq, wq = qx.quantize(x.detach()), qw.quantize(layer.weight.detach())
+    torch.manual_seed(7)
+    gq = qg.quantize(grad)
+    row, col = "rowwise", "columnwise"
+    torch.testing.assert_close(y.detach(), xq.dequantize(layout=row) @ wq.dequantize(layout=row).T + layer.bias.detach(),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, gq.dequantize(layout=row) @ wq.dequantize(layout=col), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.weight.grad, gq.dequantize(layout=col).T @ xq.dequantize(layout=col), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.bias.grad, grad.sum(0))
+
+
+def test_fp8_current_uses_e5m2_gradients_and_others_e4m3() -> None:
+    grad_dtypes = {name: getattr(get_recipe(name).grad(), "fp8_dtype", None) for name in RECIPES}
+    assert grad_dtypes == {
+        "fp8_current": torch.float8_e5m2, "fp8_block": torch.float8_e4m3fn,
+        "mxfp8": torch.float8_e4m3fn, "nvfp4": None,  # NVFP4 gradients are E2M1
+    }
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
+def test_fake_buffers_match_real_and_reassemble_round_trips(recipe: str, fake_impl: str) -> None:
+    strategy = get_strategy(fake_impl)
+    quantizer = get_recipe(recipe).input()
+    x = torch.randn(32, 64)
+    real = quantizer.quantize(x)
+    real_flat = flatten_quantized(real)
+    template = strategy.fake_quantized(quantizer, x.shape, x.dtype, torch.device("meta"))
+    fake_flat = strategy.flat_fake(template)
+    assert [(t.shape, t.dtype) for t in fake_flat] == [(t.shape, t.dtype) for t in real_flat]
+    rebuilt = strategy.reassemble(template, real_flat)
+    assert type(rebuilt) is type(real)
+    torch.testing.assert_close(rebuilt.dequantize(), real.dequantize(), rtol=0, atol=0)
+    assert [t.data_ptr() for t in strategy.flat_buffers(rebuilt)] == [t.data_ptr() for t in real_flat]
+
+
+@pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
+def test_reassemble_names_a_wrong_buffer_count_or_shape(fake_impl: str) -> None:
+    strategy = get_strategy(fake_impl)
+    quantizer = get_recipe("mxfp8").input()
+    template = strategy.fake_quantized(quantizer, (16, 64), torch.float32, torch.device("meta"))
+    flat = flatten_quantized(quantizer.quantize(torch.randn(16, 64)))
+    with pytest.raises(ValueError, match=r"has 2 buffers .*got 1 tensors"):
+        strategy.reassemble(template, flat[:1])
+    with pytest.raises(ValueError, match=r"buffer _rowwise_data should be \(16, 64\)"):
+        strategy.reassemble(template, [flat[0][:8], flat[1]])
+
+
+def test_make_empty_traceable_stashes_flatten_names_and_context() -> None:
+    quantizer = get_recipe("nvfp4").input()
+    t = make_empty_traceable(quantizer, (16, 64), torch.float32)
+    names, ctx = t.__tensor_flatten__()
+    assert t._te_flat_names == tuple(names) and t._te_flat_ctx == ctx
+
+
+def test_flat_buffers_refuses_a_tensor_without_the_stash() -> None:
+    t = get_recipe("fp8_current").input().quantize(torch.randn(4, 64))
+    with pytest.raises(TypeError, match="carries no _te_flat_names"):
+        get_strategy("make_empty_traceable").flat_buffers(t)
+    assert len(get_strategy("tensor_proto").flat_buffers(t)) == 2  # the proto needs no stash
+
+
+def test_tensor_proto_describes_without_allocating() -> None:
+    proto = TensorProto.describe(get_recipe("nvfp4").input(), (16, 64), torch.bfloat16)
+    assert proto.names == ("_rowwise_data", "_rowwise_scale_inv", "_amax_rowwise")
+    assert proto.slot_count == 3
+    assert [b.shape for b in proto.buffers] == [(16, 32), (16, 4), (1,)]
+
+
+def test_bad_recipe_and_fake_impl_names_are_named() -> None:
+    with pytest.raises(ValueError, match=r"unknown recipe 'fp16'; valid recipes: fp8_current, fp8_block, mxfp8, nvfp4"):
+        Linear(4, 4, recipe="fp16")
+    with pytest.raises(ValueError, match=r"unknown fake_impl 'proto'; valid fake impls: make_empty_traceable, tensor_proto"):
+        Linear(4, 4, fake_impl="proto")
+
+
+def test_wrong_input_width_is_named() -> None:
+    with pytest.raises(ValueError, match="input's last dimension is 32, expected in_features=64"):
+        Linear(64, 32)(torch.randn(4, 32))
+
+
+def test_unregistered_quantizer_class_cannot_become_an_op_argument() -> None:
+    from tetrt_support.quant import Float8Quantizer  # delayed scaling: identity semantics, not registered
+
+    with pytest.raises(TypeError, match="Float8Quantizer is not registered as an opaque type"):
+        opaque_type_name(Float8Quantizer)
+    with pytest.raises(TypeError, match="not registered as an opaque type"):
+        linear_ops(Float8Quantizer, Float8Quantizer, Float8Quantizer, "tensor_proto")
+
+
+def test_leading_dimensions_are_kept() -> None:
+    layer = Linear(64, 32, recipe="fp8_block")
+    assert layer(torch.randn(2, 3, 64)).shape == (2, 3, 32)

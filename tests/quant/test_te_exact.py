@@ -1,0 +1,286 @@
+"""Bit-exact against TransformerEngine's algorithms (the independent oracle in te_reference),
+and one named regression test per divergence this package once had from TE."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.quant import te_cases, te_reference
+from tetrt_support.quant import (
+    Float8BlockQuantizer,
+    Float8CurrentScalingQuantizer,
+    Float8Quantizer,
+    MXFP8Quantizer,
+    NVFP4Quantizer,
+    numerics,
+)
+
+PAIRS = [(case, fam) for case in te_cases.CASES for fam in case.families]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("case, family", PAIRS, ids=[f"{c.name}-{f}" for c, f in PAIRS])
+def test_every_buffer_is_bit_exact_with_te(case: te_cases.Case, family: str, dtype: str) -> None:
+    x = te_cases.family(family, te_cases.small_shape(case), te_cases.DTYPES[dtype], seed=3)
+    fractions = te_cases.compare(case, x)
+    assert fractions == {name: 1.0 for name in fractions}, fractions
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5, 130)])
+@pytest.mark.parametrize("make", [lambda: Float8CurrentScalingQuantizer(columnwise_usage=True),
+                                  lambda: Float8BlockQuantizer(columnwise_usage=True),
+                                  lambda: Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True)],
+                         ids=["current", "block1d", "block2d"])
+def test_shapes_te_accepts_including_0d_and_partial_blocks(make, shape: tuple[int, ...]) -> None:
+    """Divergence 9: TE quantizes 0-d tensors (and pads partial blocks)."""
+    x = torch.randn(shape) * 3
+    q = make()
+    t = q.quantize(x)
+    assert t.shape == x.shape and t.dequantize().shape == x.shape
+    case = te_cases.Case("", make, te_cases._current(torch.float8_e4m3fn, False) if isinstance(q, Float8CurrentScalingQuantizer)
+                         else te_cases._blockwise(q.block_scaling_dim))
+    assert set(te_cases.compare(case, x).values()) == {1.0}
+    torch.testing.assert_close(t.dequantize(), x, rtol=0.07, atol=1e-6)
+
+
+# ----------------------------------------------------------- divergences, by number
+def test_divergence_1_scale_is_one_correctly_rounded_division() -> None:
+    amax = torch.tensor([[2.7630667686462402]])
+    _, scale = Float8CurrentScalingQuantizer().compute_scale(amax)
+    assert scale.item() == 162.13868713378906  # TE's __fdiv_rn(448, amax)
+    assert (448.0 / amax).item() == 162.138671875  # reciprocal-then-multiply: one ulp low
+    assert scale.item() == float(np.float32(448.0) / np.float32(2.7630667686462402))
+
+
+def test_divergence_2_nvfp4_block_scale_folds_one_sixth_into_the_global_scale() -> None:
+    # bf16 values where (amax / 6) * S and amax * (S * (1/6)) round to different E4M3 scales.
+    x = torch.zeros(1, 16, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = 0.796875, 0.07470703125  # global amax, then a block of its own below
+    x = torch.cat([x, torch.zeros(1, 16, dtype=torch.bfloat16)], dim=1)
+    x[0, 16] = 0.07470703125
+    t = NVFP4Quantizer().quantize(x)
+    assert t._rowwise_scale_inv.float()[0, 1].item() == 44.0  # TE; the two-rounding formula gives 40
+    codes, scales, _ = te_reference.nvfp4(x.float().numpy())
+    assert np.array_equal(t._rowwise_data.numpy(), codes)
+    # Encode scale min(1 / (s * (1/S)), FLT_MAX), not S / s: a tie that falls the other way.
+    y = torch.zeros(1, 32, dtype=torch.bfloat16)
+    y[0, 0], y[0, 16], y[0, 17] = 6.375, 1.1875, 0.33203125
+    codes = numerics.unpack_fp4(NVFP4Quantizer().quantize(y)._rowwise_data)
+    assert codes[0, 17].item() == 3  # 1.5; S / s puts x * encode exactly on the 1.75 tie -> 2.0
+
+
+def test_divergence_3_nvfp4_zero_scale_blocks_saturate_and_negative_zero_is_code_0() -> None:
+    x = torch.zeros(1, 32)
+    x[0, 0] = 1e6  # the global amax
+    x[0, 16], x[0, 17], x[0, 18] = 1e-6, -1e-6, -0.0  # a block whose E4M3 scale rounds to 0
+    t = NVFP4Quantizer().quantize(x)
+    assert t._rowwise_scale_inv.float()[0, 1].item() == 0.0
+    codes = numerics.unpack_fp4(t._rowwise_data)[0]
+    assert codes[16].item() == 7 and codes[17].item() == 15  # encoded with FLT_MAX: +-6
+    assert codes[18].item() == 0 and codes[19].item() == 0  # -0.0 and 0.0 are both code 0
+    assert numerics.e2m1_encode(torch.tensor([-0.0, -0.1, math.nan])).tolist() == [0, 8, 0]
+
+
+@pytest.mark.parametrize("bad", [0.0, math.inf, math.nan])
+def test_divergence_4_delayed_scaling_keeps_the_previous_scale(bad: float) -> None:
+    q = Float8Quantizer(amax_history_len=1, scale=torch.tensor(3.0))
+    q.amax_history[0] = bad
+    q.update_scale()
+    assert q.scale.item() == 3.0
+    history, scale = te_reference.delayed_update(np.array([bad], np.float32), np.float32(3.0), fp8_max=448.0, margin=0, algo="max")
+    assert scale == 3.0
+
+
+def test_delayed_scaling_history_rolls_toward_the_front_as_te() -> None:
+    q = Float8Quantizer(amax_history_len=4)
+    q.amax_history.copy_(torch.tensor([7.0, 1.0, 2.0, 3.0]))
+    q.update_scale()
+    expected_history, expected_scale = te_reference.delayed_update(
+        np.array([7.0, 1.0, 2.0, 3.0], np.float32), np.float32(1.0), fp8_max=448.0, margin=0, algo="max")
+    assert q.amax_history.tolist() == expected_history.tolist() == [0.0, 2.0, 3.0, 7.0]
+    assert q.scale.item() == expected_scale == np.float32(448.0) / np.float32(7.0)
+    q2 = Float8Quantizer(amax_history_len=3, margin=1, amax_compute_algo="most_recent")
+    q2.amax_history.copy_(torch.tensor([5.0, 9.0, 0.0]))
+    q2.update_scale()
+    assert q2.scale.item() == np.float32(224.0) / np.float32(5.0)
+
+
+def test_divergence_5_blockwise_scale_overflow_uses_the_input_dtype_max() -> None:
+    x = torch.full((1, 128), 1e-38, dtype=torch.bfloat16)  # 448 / amax overflows fp32
+    def inverse_of(value: float) -> float:
+        return torch.reciprocal(torch.tensor(value, dtype=torch.float32)).item()
+
+    t = Float8BlockQuantizer(force_pow_2_scales=False).quantize(x)
+    assert t._rowwise_scale_inv.item() == inverse_of(torch.finfo(torch.bfloat16).max)
+    t32 = Float8BlockQuantizer(force_pow_2_scales=False).quantize(x.float())
+    assert t32._rowwise_scale_inv.item() == inverse_of(torch.finfo(torch.float32).max)
+
+
+def test_divergence_6_rht_on_the_columnwise_operand_only_in_bf16_with_te_signs() -> None:
+    assert NVFP4Quantizer().rht_sign_mask == numerics.sign_mask_from_signs(tuple(te_reference.WGRAD_SIGNS.astype(int)))
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    with_rht = NVFP4Quantizer(with_rht=True, columnwise_usage=True).quantize(x)
+    plain = NVFP4Quantizer(columnwise_usage=True).quantize(x)
+    assert torch.equal(with_rht._rowwise_data, plain._rowwise_data)  # row-wise untouched
+    assert not torch.equal(with_rht._columnwise_data, plain._columnwise_data)
+    rotated = te_reference.rht(x.float().numpy().T.copy(), "bfloat16")  # rounded to bf16
+    assert with_rht._amax_columnwise.item() == np.abs(rotated).max()
+    torch.testing.assert_close(with_rht.dequantize().float(), x.float(), rtol=0.5, atol=0.5)
+
+
+def test_divergence_7_mxfp8_columnwise_keeps_the_mk_layout() -> None:
+    t = MXFP8Quantizer(columnwise_usage=True).quantize(torch.randn(64, 96))
+    assert tuple(t._columnwise_data.shape) == (64, 96) and tuple(t._columnwise_scale_inv.shape) == (2, 96)
+    assert tuple(t._rowwise_scale_inv.shape) == (64, 3)
+
+
+def test_divergence_10_mxfp8_block_amax_ignores_nan() -> None:
+    x = torch.randn(1, 64)
+    x[0, 3] = math.nan
+    t = MXFP8Quantizer().quantize(x)
+    assert t._rowwise_scale_inv[0, 0].item() != numerics.E8M0_NAN
+    out = t.dequantize()
+    assert math.isnan(out[0, 3]) and torch.isfinite(out[0, :3]).all() and torch.isfinite(out[0, 4:]).all()
+
+
+@pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_mxfp8_reciprocal_product_gives_the_same_exponent_as_the_division(fp8_dtype: torch.dtype) -> None:
+    """TE forms amax * fp32(1/fp8_max), not amax / fp8_max; at every binade edge (where a
+    rounding difference could move the rounded-up exponent) the two agree, so the kernel's
+    shortcut changes no scale."""
+    limit = numerics.fp8_max(fp8_dtype)
+    edges = np.array([np.float32(limit * 2.0**k) for k in range(-40, 40)], dtype=np.float32)
+    near = np.concatenate([edges, *(np.nextafter(edges, np.float32(d)) for d in (-np.inf, np.inf))])
+    amax = torch.from_numpy(near)
+    by_rcp = numerics.float_to_e8m0(amax * torch.tensor(1.0 / limit))
+    assert torch.equal(by_rcp, numerics.float_to_e8m0(amax / limit))
+    assert by_rcp.tolist() == [te_reference.float_to_e8m0(np.float32(a) * np.float32(1.0 / limit)) for a in near]
+
+
+# -------------------------------------------------------------- additions
+def test_nvfp4_2d_weight_blocks_share_one_scale_per_16x16_tile() -> None:
+    t = NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=True).quantize(torch.randn(64, 64) * 5)
+    s = t._rowwise_scale_inv.float()
+    assert torch.equal(s, s[::16].repeat_interleave(16, 0))
+    assert torch.equal(t._columnwise_scale_inv.float(), s[::16].t().repeat_interleave(16, 0))  # the same tiles, transposed
+
+
+def test_mxfp8_2d_blocks_share_one_scale_per_32x32_tile_in_both_layouts() -> None:
+    t = MXFP8Quantizer(with_2d_quantization=True, columnwise_usage=True).quantize(torch.randn(64, 96) * 5)
+    row, col = t._rowwise_scale_inv, t._columnwise_scale_inv
+    assert torch.equal(row, row[::32].repeat_interleave(32, 0))
+    assert torch.equal(col, row[::32].repeat_interleave(32, 1))
+    assert torch.equal(t._rowwise_data.view(torch.uint8), t._columnwise_data.view(torch.uint8))
+
+
+def test_stochastic_rounding_is_seeded_and_unbiased() -> None:
+    q = NVFP4Quantizer(stochastic_rounding=True)
+    x = torch.full((64, 64), 1.2)  # between the E2M1 points 1.0 and 1.5 ...
+    x[:, ::16] = 6.0  # ... once every block's scale is exactly 1 (block amax = global amax = 6)
+    a = q.quantize(x, generator=torch.Generator().manual_seed(1))
+    b = q.quantize(x, generator=torch.Generator().manual_seed(1))
+    c = q.quantize(x, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a._rowwise_data, b._rowwise_data) and not torch.equal(a._rowwise_data, c._rowwise_data)
+    inner = torch.ones(64, 64, dtype=torch.bool)
+    inner[:, ::16] = False
+    nearest = NVFP4Quantizer().quantize(x).dequantize()[inner].mean().item()
+    stochastic = a.dequantize()[inner].mean().item()
+    assert abs(stochastic - 1.2) < 0.01 < abs(nearest - 1.2)  # unbiased on average; RNE is not
+
+
+def test_recipes_follow_te_defaults_per_tensor_role() -> None:
+    from tetrt_support.quant import get_recipe
+
+    x, w, g = get_recipe("nvfp4").quantizers()
+    assert (x.with_rht, x.with_2d_quantization, x.stochastic_rounding) == (True, False, False)
+    assert (w.with_rht, w.with_2d_quantization, w.stochastic_rounding) == (False, True, False)
+    assert (g.with_rht, g.with_2d_quantization, g.stochastic_rounding) == (True, False, True)
+    x, w, g = get_recipe("nvfp4", disable_rht=True, disable_stochastic_rounding=True, disable_2d_quantization=True).quantizers()
+    assert not any((x.with_rht, w.with_2d_quantization, g.stochastic_rounding))
+    x, w, g = get_recipe("fp8_block").quantizers()
+    assert (x.block_scaling_dim, w.block_scaling_dim, g.block_scaling_dim) == (1, 2, 1) and w.force_pow_2_scales
+    assert get_recipe("mxfp8", enable_2d_quantization=True).weight().with_2d_quantization
+    assert not get_recipe("mxfp8").weight().with_2d_quantization
+    with pytest.raises(TypeError):
+        get_recipe("mxfp8", disable_rht=True)
+
+
+def test_amax_reduction_where_te_reduces_is_a_per_call_option() -> None:
+    from tetrt_support.quant.distributed import single_process_group
+
+    x = torch.randn(32, 64)
+    with single_process_group() as group:
+        for q in (Float8CurrentScalingQuantizer(), NVFP4Quantizer(columnwise_usage=True)):
+            reduced, alone = q.quantize(x, amax_reduction_group=group), q.quantize(x)
+            assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                       for a, b in zip(reduced.inner_buffers().values(), alone.inner_buffers().values()))
+        with pytest.raises(TypeError, match="amax_reduction_group"):  # TE does not reduce MXFP8 amaxes
+            MXFP8Quantizer().quantize(x, amax_reduction_group=group)
+
+
+# --------------------------------------------------------- property-based sweep
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+
+def _values(*, nan: bool) -> st.SearchStrategy:
+    """Any fp32 value (subnormals, huge, +-0, +-inf; NaN where TE defines the result)."""
+    return st.floats(width=32, allow_nan=nan, allow_infinity=True, allow_subnormal=True)
+
+
+def _tensor(shape: tuple[int, int], *, nan: bool, dtype: str):
+    return hnp.arrays(np.float32, shape, elements=_values(nan=nan)).map(
+        lambda a: torch.from_numpy(a.copy()).to(te_cases.DTYPES[dtype]))
+
+
+SWEEP = {  # case name -> (shape, NaN allowed)
+    "FP8 current E4M3": ((8, 16), True), "FP8 current E5M2 ": ((8, 16), True),
+    "FP8 block 1x128": ((3, 130), True), "FP8 block 128x128": ((130, 3), True),
+    "MXFP8 1x32 / 32x1": ((32, 64), True), "MXFP8 32x32": ((32, 64), True),
+    "NVFP4 1x16": ((16, 32), False), "NVFP4 16x16": ((16, 32), False), "NVFP4 1x16 + RHT": ((16, 32), False),
+}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", [n.strip() for n in SWEEP])
+@given(data=st.data())
+def test_any_values_are_bit_exact_with_te(name: str, dtype: str, data: st.DataObject) -> None:
+    shape, nan = next(v for k, v in SWEEP.items() if k.strip() == name)
+    x = data.draw(_tensor(shape, nan=nan, dtype=dtype), label="x")
+    fractions = te_cases.compare(te_cases.CASES_BY_NAME[name], x)
+    assert fractions == {k: 1.0 for k in fractions}, fractions
+
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_dequantize_is_tes_formula_bit_for_bit(dtype: str) -> None:
+    """TE's dequantize kernels: data * scale_inv (FP8), data * 2**e (MXFP8), and
+    e2m1 * ((scale * amax) * (1/2688)) (NVFP4), rounded to the output dtype."""
+    x = te_cases.family("outliers", (64, 128), te_cases.DTYPES[dtype], seed=5)
+    t = NVFP4Quantizer().quantize(x)
+    want = te_reference.nvfp4_dequantize(t._rowwise_data.numpy(), t._rowwise_scale_inv.float().numpy(), t._amax_rowwise.item())
+    assert np.array_equal(t.dequantize(torch.float32).numpy(), want)
+    assert torch.equal(t.dequantize(), torch.from_numpy(want).to(x.dtype))
+    m = MXFP8Quantizer(columnwise_usage=True).quantize(x)
+    for layout, tile in (("rowwise", (1, 32)), ("columnwise", (32, 1))):
+        data, scale = getattr(m, f"_{layout}_data"), getattr(m, f"_{layout}_scale_inv")
+        want = te_reference.mxfp8_dequantize(data.float().numpy(), scale.numpy(), tile)
+        assert np.array_equal(m.dequantize(torch.float32, layout=layout).numpy(), want)
+    f = Float8CurrentScalingQuantizer().quantize(x)
+    assert torch.equal(f.dequantize(torch.float32), f._data.float() * f._scale_inv)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_nvfp4_2d_pads_rows_that_are_not_a_multiple_of_16_as_te(dtype: str) -> None:
+    """TE's reference zero-pads the rows of a 16x16-tiled tensor; row-wise usage accepts any M."""
+    x = te_cases.family("outliers", (40, 64), te_cases.DTYPES[dtype], seed=11)
+    t = NVFP4Quantizer(with_2d_quantization=True).quantize(x)
+    codes, scales, amax = te_reference.nvfp4(x.float().numpy(), tile_rows=16)
+    assert np.array_equal(t._rowwise_data.numpy(), codes)
+    assert np.array_equal(t._rowwise_scale_inv.view(torch.uint8).numpy(), scales.view(np.uint8))
+    assert t._amax_rowwise.item() == amax[0]

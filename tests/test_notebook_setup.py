@@ -1,0 +1,61 @@
+"""The one set-up call: short, path-free errors in a real kernel; inductor caches cleaned up."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import nbformat
+from nbclient import NotebookClient
+
+from tetrt_support import notebook
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_an_error_in_a_kernel_is_short_and_has_no_machine_path(tmp_path: pathlib.Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("from tetrt_support.notebook import setup; setup()"),
+        nbformat.v4.new_code_cell("import torch\ndef f(x):\n    return torch.cat(x, dim=3)"),
+        nbformat.v4.new_code_cell("f([torch.ones(2)])", metadata={"tags": ["raises-exception"]}),
+        nbformat.v4.new_code_cell("import warnings; warnings.warn('careful')"),
+    ]
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (error,) = nb.cells[2].outputs
+    assert error.output_type == "error" and error.ename == "IndexError"
+    assert "Dimension out of range" in error.evalue  # the exception's own message, compared by nbval
+    traceback = "\n".join(error.traceback)
+    assert "Cell In[2], line 3, in f" in traceback and "torch.cat(x, dim=3)" in traceback
+    assert "Traceback (most recent call last)" not in traceback and "site-packages" not in traceback
+    assert str(ROOT) not in traceback and tempfile.gettempdir() + "/" not in traceback
+    (warning,) = nb.cells[3].outputs
+    assert warning.name == "stderr" and warning.text == "UserWarning: careful\n"
+
+
+def test_short_paths_makes_library_checkout_and_cell_paths_relative() -> None:
+    purelib = sysconfig.get_paths()["purelib"]
+    text = (f'File "{purelib}/torch/_dynamo/eval_frame.py", line 1\n'
+            f'File "{ROOT}/tetrt_support/zoo.py", line 2\n'
+            f'File "{tempfile.gettempdir()}/ipykernel_123/456.py", line 3')
+    assert notebook.short_paths(text) == ('File "torch/_dynamo/eval_frame.py", line 1\n'
+                                          'File "tetrt_support/zoo.py", line 2\n'
+                                          'File "<cell>", line 3')
+
+
+def test_caches_of_dead_processes_are_removed(tmp_path: pathlib.Path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f"tetrt-inductor-{dead}-abc"
+    alive = tmp_path / f"tetrt-inductor-{os.getpid()}-def"
+    other = tmp_path / "tetrt-inductor-unrelated"
+    for folder in (stale, alive, other):
+        folder.mkdir()
+    notebook._remove_stale_caches()
+    assert not stale.exists() and alive.exists() and other.exists()

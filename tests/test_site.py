@@ -1,0 +1,118 @@
+"""The rendered site, as a reviewer opens it: built with the README's command, every page
+loaded from disk in headless Chromium with the network cut off.
+
+Checked on every page: nothing is fetched from outside the site folder (no CDN), no
+script error, every math element typeset by MathJax without a TeX error, every image
+loaded (plots as retina PNG, shown at a readable width), and no absolute machine path or
+full Python traceback in the text.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Text that must never reach a page: where the machine keeps things, and the head of a
+# full Python traceback (notebooks store short errors: see tetrt_support.notebook).
+FORBIDDEN_TEXT = sorted({str(ROOT), sys.prefix, tempfile.gettempdir() + "/", "site-packages",
+                         "ipykernel_", "/home/", "/root/", "Traceback (most recent call last)"})
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        message = "Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The README's site command, with warnings made errors so a broken page fails here."""
+    out = tmp_path_factory.mktemp("site") / "site"
+    result = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
+                             "docs", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, f"site build failed:\n{result.stdout}\n{result.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
+    executable = _chromium()
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def _pages(site: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(site.rglob("*.html"))
+
+
+def test_site_has_an_index_linking_every_notebook(site: pathlib.Path) -> None:
+    index = (site / "index.html").read_text()
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        assert f'href="notebooks/{notebook.stem}.html"' in index, f"index does not link {notebook.name}"
+        assert (site / "notebooks" / f"{notebook.stem}.html").exists()
+
+
+def test_every_page_renders_offline_in_chromium(site: pathlib.Path, browser) -> None:
+    problems: list[str] = []
+    for path in _pages(site):
+        name = path.relative_to(site).as_posix()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        outside: list[str] = []
+        errors: list[str] = []
+
+        def route(r, outside=outside):
+            if r.request.url.startswith("file://") or r.request.url.startswith("data:"):
+                r.continue_()
+            else:
+                outside.append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+        page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
+        page.goto(path.as_uri(), wait_until="load")
+        math = page.evaluate("document.querySelectorAll('.math').length")
+        if math:
+            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
+            page.evaluate("MathJax.startup.promise")
+            untypeset = page.evaluate(
+                "[...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container svg')).length")
+            tex_errors = page.evaluate("document.querySelectorAll('mjx-merror, [data-mjx-error]').length")
+            if untypeset or tex_errors:
+                problems.append(f"{name}: {untypeset} of {math} math elements not typeset, {tex_errors} TeX errors")
+        for src, complete, natural, shown in page.evaluate(
+                "[...document.images].map(i => [i.getAttribute('src'), i.complete, i.naturalWidth, i.width])"):
+            if not complete or natural == 0:
+                problems.append(f"{name}: image {src} did not load")
+            elif "_images/" in src and (shown < 400 or natural < 1.5 * shown):
+                problems.append(f"{name}: plot {src} is {natural} px shown at {shown} px "
+                                "(want a retina PNG at least 400 px wide: tetrt_support.notebook.setup)")
+        text = page.inner_text("body")
+        for forbidden in FORBIDDEN_TEXT:
+            for match in re.finditer(re.escape(forbidden), text):
+                line = text[text.rfind("\n", 0, match.start()) + 1:text.find("\n", match.end())]
+                problems.append(f"{name}: {forbidden!r} on the page: {line.strip()[:160]}")
+                break
+        if page.query_selector(".system-message"):
+            problems.append(f"{name}: a docutils error message is on the page")
+        problems += [f"{name}: fetched {url} (the site must be self-contained)" for url in outside]
+        problems += [f"{name}: script error: {e}" for e in errors]
+        page.close()
+    assert not problems, "\n".join(problems)

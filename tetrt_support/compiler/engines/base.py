@@ -1,0 +1,214 @@
+"""What an engine is, and the block facts every engine needs.
+
+An *engine block* is an ``fx.GraphModule`` of ATen ops cut out of an exported graph by
+the partitioner. An engine decides which nodes it can take (``supports``) and turns a
+block into a runnable, picklable ``nn.Module`` (``build``). The partitioner never needs
+to know how: eager runs the graph, inductor compiles it, ONNX Runtime exports and runs
+it, TensorRT (on GPU machines only) builds an engine.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+
+from tetrt_support.complex.detect import touches_complex
+
+try:  # torch >= 2.4: the integer infinity of symbolic shapes
+    from torch.utils._sympy.numbers import int_oo as _INT_OO
+except ImportError:  # pragma: no cover
+    _INT_OO = None
+
+__all__ = [
+    "COMPLEX_OPS",
+    "DynamicDims",
+    "Engine",
+    "check_dynamic_dims",
+    "check_tensor_inputs",
+    "dynamic_shapes_for_export",
+    "is_complex_work",
+    "standalone_block",
+]
+
+# dynamic_dims[i] maps a dim index of input i to a symbol name; one name = one symbol.
+DynamicDims = list[dict[int, str]]
+
+_aten = torch.ops.aten
+# Ops whose whole point is a complex value: no engine without complex dtypes takes them,
+# whatever dtypes the metadata says (a block may have been traced without metadata).
+COMPLEX_OPS: frozenset[Any] = frozenset(
+    op
+    for op in (
+        _aten.view_as_complex.default,
+        _aten.view_as_real.default,
+        _aten.polar.default,
+        _aten.complex.default,
+        _aten._conj.default,
+        _aten.conj.default,
+        _aten.conj_physical.default,
+        _aten.real.default,
+        _aten.imag.default,
+        getattr(_aten, "view_as_complex_copy", None) and _aten.view_as_complex_copy.default,
+        getattr(_aten, "view_as_real_copy", None) and _aten.view_as_real_copy.default,
+    )
+    if op
+)
+
+
+def is_complex_work(node: fx.Node) -> bool:
+    """Whether an engine without complex dtypes must refuse ``node``: a complex op by its
+    target (judged even without metadata: a block may have been traced without it), or a
+    node that touches a complex value (:func:`tetrt_support.complex.detect.touches_complex`)."""
+    return node.target in COMPLEX_OPS or touches_complex(node)
+
+
+def _finite_int(value: Any) -> int | None:
+    """``value`` as an int, or None for an infinite bound (sympy's oo or torch's int_oo)."""
+    if _INT_OO is not None and value in (_INT_OO, -_INT_OO):
+        return None
+    return int(value) if isinstance(value, (int, sympy.Integer)) else None
+
+
+def _recorded_bounds(block: fx.GraphModule | None, index: int, dim: int) -> tuple[int | None, int | None]:
+    """The (min, max) the block's trace proved for input ``index``'s ``dim``, if it recorded one.
+
+    A block cut from an exported program inherits its ranges (e.g. ``seq <= 256`` because a
+    rotary table has 256 rows); exporting the block without them fails with a constraint
+    violation, and torch.onnx.export would silently retry with another capture strategy.
+    """
+    if block is None:
+        return None, None
+    placeholders = [n for n in block.graph.nodes if n.op == "placeholder"]
+    val = placeholders[index].meta.get("val") if index < len(placeholders) else None
+    size = val.shape[dim] if isinstance(val, torch.Tensor) and -val.dim() <= dim < val.dim() else None
+    if not isinstance(size, torch.SymInt):
+        return None, None
+    bounds = size.node.shape_env.bound_sympy(size.node.expr)
+    return _finite_int(bounds.lower), _finite_int(bounds.upper)
+
+
+def dynamic_shapes_for_export(
+    example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None, block: fx.GraphModule | None = None
+) -> tuple[dict[int, Any] | None, ...] | None:
+    """``dynamic_dims`` as torch.export ``dynamic_shapes``: one ``Dim`` object per name.
+
+    Reusing one ``Dim`` for one name tells export the dims are equal; its bounds are the
+    ones ``block``'s metadata recorded for that symbol, if any. torch.export specializes
+    sizes 0 and 1, so an example input must be at least 2 along a dynamic dim.
+    """
+    if not dynamic_dims:
+        return None
+    check_dynamic_dims(example_inputs, dynamic_dims)
+    symbols: dict[str, Any] = {}
+    shapes: list[dict[int, Any] | None] = []
+    for i, (x, dims) in enumerate(zip(example_inputs, dynamic_dims)):
+        if not dims:
+            shapes.append(None)
+            continue
+        entry = {}
+        for dim, name in dims.items():
+            if not isinstance(x, torch.Tensor) or not -x.dim() <= dim < x.dim():
+                raise ValueError(f"dynamic_dims[{i}] names dim {dim}, but input {i} is {_describe(x)}")
+            if x.shape[dim] < 2:
+                raise ValueError(
+                    f"dynamic_dims[{i}] makes dim {dim} ({name!r}) dynamic, but the example input has "
+                    f"size {x.shape[dim]} there; torch.export specializes sizes 0 and 1: use an "
+                    f"example of size >= 2"
+                )
+            if name not in symbols:
+                low, high = _recorded_bounds(block, i, dim)
+                bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
+                symbols[name] = torch.export.Dim(name, **bounds)
+            entry[dim % x.dim()] = symbols[name]
+        shapes.append(entry)
+    return tuple(shapes)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return f"a {type(x).__name__}"
+
+
+def standalone_block(block: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``block`` holding only what its graph uses, so it pickles.
+
+    make_fx leaves tracer state on the module it returns (``shape_env``, which does not
+    pickle); a fresh GraphModule over a copy of the graph keeps the submodules, parameters
+    and constants the graph reads, shares their tensors, and leaves the caller's block alone.
+    """
+    graph = fx.Graph()
+    graph._codegen = copy.deepcopy(block.graph._codegen)
+    graph.output(graph.graph_copy(block.graph, {}))
+    return fx.GraphModule(block, graph, class_name=type(block).__name__)
+
+
+def check_dynamic_dims(example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None) -> None:
+    """One dict of dynamic dims (possibly empty) per block input, or none at all."""
+    if dynamic_dims is not None and len(dynamic_dims) != len(example_inputs):
+        raise ValueError(
+            f"dynamic_dims has {len(dynamic_dims)} entries but the block has "
+            f"{len(example_inputs)} inputs; give one dict (possibly empty) per input"
+        )
+
+
+def check_tensor_inputs(engine: str, example_inputs: list[torch.Tensor]) -> None:
+    """Blocks take flat tensors only (sizes are computed inside the block with sym_size)."""
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                f"{engine} engine: block input {i} is {_describe(x)}; engine blocks take tensors only "
+                f"(compute sizes inside the block with aten.sym_size instead of passing them in)"
+            )
+
+
+class Engine(abc.ABC):
+    """An engine: which ATen nodes it takes, and how it turns a block into a module.
+
+    ``supports`` judges one node of an ATen graph: only ``call_function`` nodes, never
+    complex work for an engine without complex dtypes (``complex_dtypes = False``), and
+    then the engine's own op-level answer, :meth:`supports_op` (the partitioner checks
+    dtypes separately). ``build`` checks the block inputs the same way for every engine,
+    then calls :meth:`build_block`, which returns a picklable module whose
+    ``forward(*flat_tensors)`` returns what the block returns, with the same structure.
+    """
+
+    name: str
+    #: False for engines without complex arithmetic (TensorRT, ONNX Runtime)
+    complex_dtypes: bool = True
+
+    def supports(self, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if not self.complex_dtypes and is_complex_work(node):
+            return False
+        return self.supports_op(node)
+
+    def supports_op(self, node: fx.Node) -> bool:
+        """Whether the engine implements ``node``'s op (a real-valued ``call_function``)."""
+        return True
+
+    def build(
+        self,
+        block: fx.GraphModule,
+        example_inputs: list[torch.Tensor],
+        dynamic_dims: DynamicDims | None = None,
+    ) -> torch.nn.Module:
+        """A runnable module for ``block``; ``dynamic_dims[i]`` names input ``i``'s dynamic dims."""
+        check_tensor_inputs(self.name, example_inputs)
+        check_dynamic_dims(example_inputs, dynamic_dims)
+        return self.build_block(block, example_inputs, dynamic_dims)
+
+    @abc.abstractmethod
+    def build_block(
+        self, block: fx.GraphModule, example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None
+    ) -> torch.nn.Module:
+        """The engine's own build step, on inputs :meth:`build` has checked."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -1,0 +1,384 @@
+"""``compile``: an exported program into engine blocks, keeping its call signature.
+
+The compiler is the ordered list :data:`PASSES`; each pass is a function
+``(gm, ctx) -> gm`` over the module being compiled and a small :class:`CompileContext`
+(the exported program, the chosen engine and strategy, and what earlier passes found).
+Read top to bottom, the list is the whole pipeline, as Torch-TensorRT's lowering pass
+lists are: drop export's guard call, lower complex arithmetic to real ``[..., 2]``
+arithmetic, partition into engine and PyTorch fallback blocks, build and check the
+engine blocks, put complex I/O adapters at the edge, keep the exported signature, check
+the inputs first, and return a :class:`CompiledModule`. Each pass's docstring says why it
+is there; the list itself is the one place that says in which order.
+
+:mod:`tetrt_support.history` runs other pass lists over the same passes to re-enact the
+broken behaviours that came before this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+from torch.fx._pytree import tree_flatten_spec
+from torch.fx.graph import _PyTreeCodeGen
+
+from tetrt_support.compiler.configured_engine import (
+    ConfiguredEngine,
+    check_full_compilation,
+    run_failed_builds_in_pytorch,
+)
+from tetrt_support.compiler.engines import ENGINE_NAMES, Engine, get_engine
+from tetrt_support.compiler.frontend import as_exported_program
+from tetrt_support.compiler.functionalize import functionalize_view_writes
+from tetrt_support.compiler.verify import check_engine_blocks, check_whole_program, keep_reference_blocks
+from tetrt_support.compiler.input_check import add_input_check
+from tetrt_support.compiler.io_adapters import (
+    add_input_adapters,
+    add_output_adapters,
+    pass_complex_outputs_through,
+)
+from tetrt_support.compiler.partition import (
+    BLOCK_OPS_KEY,
+    Block,
+    block_kind,
+    block_ops,
+    blocks_of,
+    blocks_summary,
+    partition,
+)
+from tetrt_support.compiler.refit import BLOCK_WEIGHTS_KEY, WEIGHTS_KEY, record_refit_weights
+from tetrt_support.compiler.settings import DEFAULT_BACKEND, MIN_BLOCK_SIZE, CompilationSettings
+from tetrt_support.complex import lower
+from tetrt_support.complex.codegen import restore_signature
+from tetrt_support.complex.detect import GUARDS_FN, is_guards_call
+from tetrt_support.complex.lower import STRATEGIES
+
+__all__ = [
+    "BACKENDS",
+    "PASSES",
+    "STRATEGIES",
+    "CompileContext",
+    "CompiledModule",
+    "Pass",
+    "compile",
+    "compile_program",
+    "flat_example_inputs",
+    "run_passes",
+]
+
+BACKENDS: tuple[str, ...] = ENGINE_NAMES
+#: ``gm.meta`` key: a complex dtype (or None) per flat input and output of the program
+COMPLEX_IO_KEY = "tetrt_complex_io"
+
+
+class CompiledModule(fx.GraphModule):
+    """An exported program compiled into blocks; call it like ``ep.module()``.
+
+    ``blocks()`` lists the blocks in call order; ``blocks_summary()`` says how many ran
+    where, e.g. ``"1 engine block, 0 fallback blocks"``.
+    """
+
+    def blocks(self) -> list[Block]:
+        return blocks_of(self)
+
+    def blocks_summary(self) -> str:
+        return blocks_summary(self)
+
+    def complex_io(self) -> dict[str, list[torch.dtype | None]]:
+        """Which flat inputs and outputs are complex (None for real)."""
+        return self.meta.get(COMPLEX_IO_KEY, {"inputs": [], "outputs": []})
+
+
+@dataclasses.dataclass
+class CompileContext:
+    """What the passes share: the inputs of ``compile`` and the facts earlier passes found."""
+
+    exported_program: torch.export.ExportedProgram
+    backend: str
+    strategy: str
+    engine: Engine
+    #: the user inputs the program was exported with, flat, in placeholder order
+    example_inputs: list[Any]
+    #: set by :func:`lower_complex`: a complex dtype (or None) per flat input and output
+    complex_inputs: list[torch.dtype | None] = dataclasses.field(default_factory=list)
+    complex_outputs: list[torch.dtype | None] = dataclasses.field(default_factory=list)
+    #: the options (:mod:`tetrt_support.compiler.settings`); ``engine`` applies them
+    settings: CompilationSettings = dataclasses.field(default_factory=CompilationSettings)
+
+    def packed_example_inputs(self) -> list[Any]:
+        """The example inputs as the lowered graph takes them (complex ones packed)."""
+        return [
+            torch.view_as_real(v) if dtype is not None else v
+            for v, dtype in zip(self.example_inputs, self.complex_inputs)
+        ]
+
+
+Pass = Callable[[fx.GraphModule, CompileContext], fx.GraphModule]
+
+
+def flat_example_inputs(ep: torch.export.ExportedProgram) -> list[Any]:
+    """The user inputs ``ep`` was exported with, flattened in placeholder order."""
+    example = getattr(ep, "example_inputs", None)
+    if example is None:
+        raise ValueError(
+            "the exported program carries no example inputs (ep.example_inputs is None); "
+            "engines need one example to build from: export it again with torch.export.export"
+        )
+    args, kwargs = example
+    return list(tree_flatten_spec((args, kwargs), ep.call_spec.in_spec))
+
+
+# --------------------------------------------------------------------------- the passes
+def drop_guards_fn(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """``ep.module()`` without its guard-function call.
+
+    The guard function checks the export's shape guards on the ORIGINAL inputs; once
+    complex inputs are packed it would see ``[..., 2]`` tensors, and the lowering would
+    have to treat an opaque Python call as a complex op. The compiled module checks its
+    inputs itself (:func:`check_inputs_first`), and the engines check shapes.
+    """
+    for node in list(gm.graph.nodes):
+        if is_guards_call(node):
+            gm.graph.erase_node(node)
+    if hasattr(gm, GUARDS_FN):
+        delattr(gm, GUARDS_FN)
+    gm.recompile()
+    return gm
+
+
+def lower_complex(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """Complex arithmetic to real pairs; an op without a rule becomes a complex island."""
+    gm = lower(gm, strategy=ctx.strategy, unsupported="fallback")
+    io = gm.meta[COMPLEX_IO_KEY]
+    ctx.complex_inputs, ctx.complex_outputs = list(io["inputs"]), list(io["outputs"])
+    return gm
+
+
+def return_complex_results_directly(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """:func:`~tetrt_support.compiler.io_adapters.pass_complex_outputs_through`."""
+    pass_complex_outputs_through(gm, ctx.complex_outputs)
+    return gm
+
+
+def partition_into_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """``engine_i`` blocks for what the engine takes, ``fallback_j`` blocks for the rest;
+    an engine block under ``min_block_size`` compute ops goes to PyTorch (ignored, as in
+    Torch-TensorRT, when ``require_full_compilation`` asks for everything in engines)."""
+    settings = ctx.settings
+    return partition(gm, ctx.engine, min_block_size=1 if settings.require_full_compilation else settings.min_block_size)
+
+
+def _has_dynamic_shapes(gm: fx.GraphModule) -> bool:
+    for ph in (n for n in gm.graph.nodes if n.op == "placeholder"):
+        val = ph.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
+            return True
+    return False
+
+
+def _dynamic_dims(block: fx.GraphModule) -> list[dict[int, str]]:
+    """Per block input: the dims whose recorded size is a free symbol, named after it.
+
+    One name per symbol, so dims that export proved equal stay equal in the engine.
+    """
+    dims = []
+    for ph in (n for n in block.graph.nodes if n.op == "placeholder"):
+        val = ph.meta.get("val")
+        entry: dict[int, str] = {}
+        if isinstance(val, torch.Tensor):
+            for i, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    entry[i] = str(size.node.expr)
+        dims.append(entry)
+    return dims
+
+
+class _BlockInputRecorder(fx.Interpreter):
+    """Runs the partitioned graph eagerly and keeps what each engine block receives."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.seen: dict[str, list[Any]] = {}
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if block_kind(str(target)) == "engine":
+            self.seen.setdefault(str(target), list(args))
+        return super().call_module(target, args, kwargs)
+
+
+def build_engine_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """Replace each engine block by what the engine builds from it, on the inputs the
+    block receives when the program runs on its example inputs; dims that are symbolic
+    in the program stay dynamic in the engine."""
+    dynamic = _has_dynamic_shapes(gm)
+    recorder = _BlockInputRecorder(gm)
+    with torch.no_grad():
+        recorder.run(*ctx.packed_example_inputs(), enable_io_processing=False)
+    for name, inputs in recorder.seen.items():
+        block = gm.get_submodule(name)
+        gm.meta.setdefault(BLOCK_OPS_KEY, {})[name] = block_ops(block)
+        dims = _dynamic_dims(block) if dynamic else None
+        setattr(gm, name, ctx.engine.build(block, inputs, dims if dims and any(dims) else None))
+    return gm
+
+
+def unpack_complex_outputs(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """``view_as_complex`` before each complex output that is packed real here."""
+    add_output_adapters(gm, ctx.complex_outputs)
+    return gm
+
+
+def pack_complex_inputs(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """Complex placeholders (same names), ``view_as_real`` right after them."""
+    add_input_adapters(gm, ctx.complex_inputs)
+    return gm
+
+
+def keep_exported_signature(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """The exported program's pytree codegen and placeholder names, if a pass lost them.
+
+    Both lowering strategies keep them already (the retrace through
+    :func:`~tetrt_support.complex.codegen.retrace_preserving_signature`); this pass makes
+    the signature a property of the pipeline, not of every pass before it.
+    """
+    if not isinstance(gm.graph._codegen, _PyTreeCodeGen):
+        restore_signature(ctx.exported_program.module(), gm)
+    return gm
+
+
+def check_inputs_first(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """:func:`~tetrt_support.compiler.input_check.add_input_check`, ahead of everything."""
+    add_input_check(gm, ctx.complex_inputs)
+    return gm
+
+
+def as_compiled_module(gm: fx.GraphModule, ctx: CompileContext) -> CompiledModule:
+    """The compiled graph as a :class:`CompiledModule`, with what it records about itself."""
+    gm.graph.lint()
+    compiled = CompiledModule(gm, gm.graph, class_name="CompiledModule")
+    compiled.meta[BLOCK_OPS_KEY] = dict(gm.meta.get(BLOCK_OPS_KEY, {}))
+    compiled.meta[COMPLEX_IO_KEY] = {"inputs": list(ctx.complex_inputs), "outputs": list(ctx.complex_outputs)}
+    compiled.meta["tetrt_backend"] = ctx.backend
+    compiled.meta["tetrt_strategy"] = ctx.strategy
+    for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY):  # what refit_module_weights needs
+        if key in gm.meta:
+            compiled.meta[key] = gm.meta[key]
+    return compiled
+
+
+#: The compiler, in order.
+PASSES: tuple[Pass, ...] = (
+    drop_guards_fn,
+    lower_complex,
+    functionalize_view_writes,
+    return_complex_results_directly,
+    partition_into_blocks,
+    record_refit_weights,
+    keep_reference_blocks,
+    build_engine_blocks,
+    run_failed_builds_in_pytorch,
+    check_engine_blocks,
+    check_full_compilation,
+    unpack_complex_outputs,
+    pack_complex_inputs,
+    keep_exported_signature,
+    check_inputs_first,
+    check_whole_program,
+    as_compiled_module,
+)
+
+
+# --------------------------------------------------------------------------- running them
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(choices)}")
+
+
+def run_passes(
+    exported_program: torch.export.ExportedProgram,
+    backend: str,
+    strategy: str,
+    passes: Sequence[Pass],
+    settings: CompilationSettings | None = None,
+) -> Any:
+    """Run ``passes`` in order on ``exported_program.module()``; returns what the last returns.
+
+    Without ``settings``, every engine-capable op goes to an engine (``min_block_size=1``)
+    and nothing else is set: the pipeline as the history pass lists knew it.
+    """
+    if not isinstance(exported_program, torch.export.ExportedProgram):
+        raise TypeError(
+            f"compile() takes a torch.export.ExportedProgram (export the model first: "
+            f"torch.export.export(model, args, kwargs)), got {type(exported_program).__name__}"
+        )
+    _check_choice("backend", backend, BACKENDS)
+    _check_choice("strategy", strategy, STRATEGIES)
+    if settings is None:
+        settings = CompilationSettings(backend=backend, strategy=strategy, min_block_size=1)
+    ctx = CompileContext(
+        exported_program,
+        backend,
+        strategy,
+        ConfiguredEngine(get_engine(backend), settings),
+        flat_example_inputs(exported_program),
+        settings=settings,
+    )
+    gm = exported_program.module()
+    for compile_pass in passes:
+        gm = compile_pass(gm, ctx)
+    return gm
+
+
+def compile_program(exported_program: torch.export.ExportedProgram, settings: CompilationSettings) -> CompiledModule:
+    """:data:`PASSES` over ``exported_program`` with ``settings`` (checked already)."""
+    return run_passes(exported_program, settings.backend, settings.strategy, PASSES, settings)
+
+
+def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tensorrt.compile
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    *,
+    arg_inputs: Sequence[Any] | torch.Tensor | None = None,
+    kwarg_inputs: dict[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+    inputs: Sequence[Any] | None = None,
+    backend: str = DEFAULT_BACKEND,
+    strategy: str = "rewrite",
+    min_block_size: int = MIN_BLOCK_SIZE,
+    torch_executed_ops: Any = None,
+    require_full_compilation: bool = False,
+    pass_through_build_failures: bool = False,
+    truncate_double: bool = False,
+    **unknown_options: Any,
+) -> CompiledModule:
+    """Compile ``model`` into engine blocks; call the result like the model.
+
+    ``model``: an ``nn.Module``, exported here with ``arg_inputs`` / ``kwarg_inputs``
+    (``inputs`` is an alias of ``arg_inputs``) and ``dynamic_shapes``, or an
+    ``ExportedProgram``; both give the same blocks. The options carry Torch-TensorRT's
+    names and defaults (:class:`~tetrt_support.compiler.settings.CompilationSettings`
+    says what each does): ``min_block_size``, ``torch_executed_ops``,
+    ``require_full_compilation``, ``pass_through_build_failures``, ``truncate_double``;
+    ``backend`` is the engine (``"onnxruntime"``, the CPU stand-in for TensorRT, by
+    default; ``"eager"``, ``"inductor"``, or ``"tensorrt"`` on GPU machines) and
+    ``strategy`` the complex lowering (``"rewrite"`` or ``"retrace"``). Ops with no
+    complex rule run in PyTorch fallback blocks; dynamic dims stay dynamic in the
+    engines. An unknown option, or a value outside an option's choices, raises naming it.
+    The passes are :data:`PASSES`.
+    """
+    from tetrt_support.compiler.settings import settings_from_options
+
+    settings = settings_from_options(
+        unknown_options,
+        backend=backend,
+        strategy=strategy,
+        min_block_size=min_block_size,
+        torch_executed_ops=torch_executed_ops,
+        require_full_compilation=require_full_compilation,
+        pass_through_build_failures=pass_through_build_failures,
+        truncate_double=truncate_double,
+    )
+    program = as_exported_program(model, arg_inputs, kwarg_inputs, dynamic_shapes, inputs)
+    return compile_program(program, settings)

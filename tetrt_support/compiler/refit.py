@@ -1,0 +1,224 @@
+"""``refit_module_weights``: new weights into a compiled module, partition and engines kept.
+
+Torch-TensorRT's ``refit_module_weights(compiled, new_weight_module)`` puts the weights of
+a model of the same architecture into the compiled module's engines without building
+them again. Here every weight the compiled module computes with is one of:
+
+- an attribute of a block's ATen graph (PyTorch fallback blocks, eager and inductor
+  engine blocks), named as in the exported program (``layers.0.mlp.weight``);
+- a tensor of a :class:`~tetrt_support.compiler.configured_engine.WeightsAsInputs`
+  block (ONNX Runtime), fed to the engine as an input, under the same names.
+
+So a refit is: check the new weights against the architecture the module was compiled
+from (:data:`WEIGHTS_KEY`, recorded by :func:`record_refit_weights`), then give each of those
+tensors its new value, packed as the compile packed it: a complex parameter or buffer
+as its ``view_as_real`` (the lowering's ``[..., 2]`` layout), a float64 one as float32
+inside an engine block built with ``truncate_double``. Each block must find ALL the
+weights it was built with (recorded per block by the same pass): an engine
+that keeps its weights where refit cannot reach them (a TensorRT plan) raises, naming it.
+
+As in Torch-TensorRT, ``in_place=False`` (the default) refits a deep copy and returns it;
+``in_place=True`` refits ``compiled`` itself. Tensors are replaced, never written into:
+the compiled module shares its weights with the program it was compiled from, which must
+not change.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from tetrt_support.compiler.configured_engine import Float64AsFloat32, WeightsAsInputs
+from tetrt_support.compiler.partition import block_kind
+
+__all__ = [
+    "BLOCK_WEIGHTS_KEY",
+    "WEIGHTS_KEY",
+    "ArchitectureMismatch",
+    "record_refit_weights",
+    "refit_module_weights",
+]
+
+#: ``meta`` key: {name: (shape, dtype, persistent)} of the program's parameters and buffers
+WEIGHTS_KEY = "tetrt_weights"
+#: ``meta`` key: {block name: names of the weights its graph reads}
+BLOCK_WEIGHTS_KEY = "tetrt_block_weights"
+
+
+class ArchitectureMismatch(ValueError):
+    """The new weights do not belong to the architecture the module was compiled from."""
+
+
+# --------------------------------------------------------------------------- recording (passes)
+def _program_weights(ep: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
+    sig = ep.graph_signature
+    out: dict[str, torch.Tensor] = {}
+    for name in [*sig.parameters, *sig.buffers]:
+        value = ep.state_dict.get(name, ep.constants.get(name))
+        if isinstance(value, torch.Tensor):
+            out[name] = value
+    return out
+
+
+def record_refit_weights(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+    """Record what a refit checks and fills, right after partitioning: the program's
+    parameters and buffers (names, shapes, dtypes: the architecture) and, per block, the
+    ones its graph reads (before an engine replaces the graph)."""
+    ep = ctx.exported_program
+    non_persistent = set(ep.graph_signature.non_persistent_buffers)
+    known = {name: (tuple(t.shape), t.dtype, name not in non_persistent) for name, t in _program_weights(ep).items()}
+    per_block: dict[str, list[str]] = {}
+    for name, module in gm.named_children():
+        if block_kind(name) is None or not isinstance(module, fx.GraphModule):
+            continue
+        targets = {str(n.target) for n in module.graph.nodes if n.op == "get_attr"}
+        per_block[name] = sorted(t for t in targets if t in known)
+    gm.meta[WEIGHTS_KEY] = known
+    gm.meta[BLOCK_WEIGHTS_KEY] = per_block
+    return gm
+
+
+# --------------------------------------------------------------------------- new weights
+def _weights_of(new_weights: Any) -> tuple[dict[str, torch.Tensor], bool]:
+    """{name: tensor} and whether non-persistent buffers are included."""
+    if isinstance(new_weights, torch.export.ExportedProgram):
+        return _program_weights(new_weights), True
+    if isinstance(new_weights, torch.nn.Module):
+        found = dict(new_weights.state_dict(keep_vars=True))
+        found.update(new_weights.named_buffers(remove_duplicate=False))
+        return {k: v for k, v in found.items() if isinstance(v, torch.Tensor)}, True
+    if isinstance(new_weights, Mapping):
+        bad = next((k for k, v in new_weights.items() if not isinstance(v, torch.Tensor)), None)
+        if bad is not None:
+            raise TypeError(f"new_weights[{bad!r}] is a {type(new_weights[bad]).__name__}, not a tensor")
+        return dict(new_weights), False
+    raise TypeError(
+        f"refit_module_weights takes new weights as a state dict, an nn.Module or an "
+        f"ExportedProgram, got {type(new_weights).__name__}"
+    )
+
+
+def _checked(compiled: torch.nn.Module, new_weights: Any) -> dict[str, torch.Tensor]:
+    expected = getattr(compiled, "meta", {}).get(WEIGHTS_KEY)
+    if expected is None:
+        raise TypeError(
+            f"refit_module_weights takes a module made by tetrt_support.compile, got "
+            f"{type(compiled).__name__} (it records no weights)"
+        )
+    given, complete = _weights_of(new_weights)
+    for name, (shape, dtype, persistent) in expected.items():
+        if name not in given:
+            if not complete and not persistent:
+                continue  # a state dict leaves non-persistent buffers out: they keep their values
+            raise ArchitectureMismatch(f"the new weights have no {name!r} (the compiled module's architecture has it)")
+        value = given[name]
+        if tuple(value.shape) != shape or value.dtype != dtype:
+            raise ArchitectureMismatch(
+                f"{name!r}: the compiled module has shape {list(shape)} and dtype {dtype}, "
+                f"the new weights have shape {list(value.shape)} and dtype {value.dtype}"
+            )
+    extra = next((name for name in given if name not in expected), None)
+    if extra is not None:
+        raise ArchitectureMismatch(f"the new weights have {extra!r}, which the compiled module's architecture does not")
+    return given
+
+
+# --------------------------------------------------------------------------- applying them
+def _packed_like(name: str, value: torch.Tensor, current: torch.Tensor, truncated: bool) -> torch.Tensor:
+    value = value.detach()
+    if value.is_complex() and not current.is_complex():
+        value = torch.view_as_real(value)  # the lowering's [..., 2] layout
+    if value.dtype == torch.float64 and current.dtype == torch.float32 and truncated:
+        value = value.to(torch.float32)  # truncate_double
+    if value.shape != current.shape or value.dtype != current.dtype:
+        raise RuntimeError(
+            f"refit: {name!r} packs to shape {list(value.shape)} {value.dtype}, but the compiled module "
+            f"holds {list(current.shape)} {current.dtype} there"
+        )
+    return value.clone()
+
+
+def _replace(owner: torch.nn.Module, field: str, value: torch.Tensor) -> None:
+    old = getattr(owner, field)
+    if isinstance(old, torch.nn.Parameter):
+        owner._parameters[field] = torch.nn.Parameter(value, requires_grad=old.requires_grad)
+    elif field in owner._buffers:
+        owner._buffers[field] = value
+    else:
+        setattr(owner, field, value)
+
+
+def _owner(root: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    *path, field = name.split(".")
+    return (root.get_submodule(".".join(path)) if path else root), field
+
+
+def _weight_holders(module: torch.nn.Module, truncated: bool = False) -> list[tuple[torch.nn.Module, str, bool]]:
+    """(root the names are relative to, name, truncated) for every weight in ``module``."""
+    found: list[tuple[torch.nn.Module, str, bool]] = []
+    if isinstance(module, WeightsAsInputs):
+        found += [(module.weights, name, truncated) for name in module.weight_names]
+        return found
+    if isinstance(module, Float64AsFloat32):
+        return _weight_holders(module.engine_block, True)
+    if isinstance(module, fx.GraphModule):
+        targets = dict.fromkeys(str(n.target) for n in module.graph.nodes if n.op == "get_attr")
+        found += [(module, t, truncated) for t in targets]
+    for child in module.children():
+        found += _weight_holders(child, truncated)
+    return found
+
+
+def _refit_block(name: str, block: torch.nn.Module, expected: list[str], weights: dict[str, torch.Tensor]) -> None:
+    reached: set[str] = set()
+    for root, weight, truncated in _weight_holders(block):
+        if weight not in weights:
+            continue  # a constant of the lowering, not a weight of the program
+        owner, field = _owner(root, weight)
+        current = getattr(owner, field)
+        if not isinstance(current, torch.Tensor):
+            continue
+        _replace(owner, field, _packed_like(weight, weights[weight], current, truncated))
+        reached.add(weight)
+    missing = [w for w in expected if w in weights and w not in reached]  # left-out buffers keep their values
+    if missing:
+        raise NotImplementedError(
+            f"refit: block {name} ({type(block).__name__}) was built with {missing[0]!r}"
+            f"{f' and {len(missing) - 1} more weights' if len(missing) > 1 else ''}, but its engine keeps "
+            f"them where refit cannot reach them; compile again with the new weights"
+        )
+
+
+def refit_module_weights(
+    compiled_module: torch.nn.Module,
+    new_weights: Mapping[str, torch.Tensor] | torch.nn.Module | torch.export.ExportedProgram,
+    *,
+    in_place: bool = False,
+) -> torch.nn.Module:
+    """``compiled_module`` with the weights of ``new_weights``; same blocks, same engines.
+
+    ``new_weights``: a state dict (non-persistent buffers may be left out and keep their
+    values), an ``nn.Module`` or an ``ExportedProgram`` of the architecture the module was
+    compiled from; the first name, shape or dtype that differs raises
+    :class:`ArchitectureMismatch`. Returns the refitted copy (``in_place=False``) or
+    ``compiled_module`` itself.
+    """
+    weights = _checked(compiled_module, new_weights)
+    target = compiled_module if in_place else copy.deepcopy(compiled_module)
+    per_block = target.meta.get(BLOCK_WEIGHTS_KEY, {})
+    with torch.no_grad():
+        for name, block in target.named_children():
+            if block_kind(name) is not None:
+                _refit_block(name, block, per_block.get(name, []), weights)
+        # weights read by the compiled graph itself, outside any block
+        for weight in dict.fromkeys(str(n.target) for n in target.graph.nodes if n.op == "get_attr"):
+            if weight in weights:
+                owner, field = _owner(target, weight)
+                current = getattr(owner, field)
+                if isinstance(current, torch.Tensor):
+                    _replace(owner, field, _packed_like(weight, weights[weight], current, False))
+    return target

@@ -1,0 +1,422 @@
+"""Save and load compiled modules without losing their call signature, in two formats.
+
+``output_format="exported_program"`` (the default, as in ``torch_tensorrt.save``)
+re-exports the module and writes it with ``torch.export.save``: any process reads it
+back with ``torch.export.load``; engine blocks are kept as the ATen graphs they were
+built from (:mod:`tetrt_support.compiler.pytorch_twin`). ``output_format="pickle"``
+keeps the module itself, engines included, and is the rest of this docstring.
+
+Why not plain ``torch.save(gm)``: ``GraphModule.__reduce__`` saves the generated Python
+code and *re-traces* it with ``torch.fx.Tracer`` on load. That loses the graph's
+``_PyTreeCodeGen`` (the retrace inlines ``tree_flatten_spec`` / ``tree_unflatten`` as
+ordinary nodes and ends with a plain ``CodeGen``) and the module's class, traces through
+any plain Python function the graph calls, and on ``ep.module()`` fails even earlier:
+its hooks and its ``_guards_fn`` are local functions (``Can't pickle local object
+'_create_stateful_graph_module.<locals>.<lambda>'``).
+
+So :func:`save` pickles every ``fx.GraphModule`` in the module tree (the compiled module,
+and any GraphModule inside its engine blocks) as its *graph* instead: one record per
+node (op, name, target, args with nodes named), the module state without the graph, and
+the codegen object itself (``_PyTreeCodeGen`` with its ``in_spec`` / ``out_spec``).
+:func:`load` rebuilds the graph node by node and puts the same codegen back, so
+keyword inputs and namedtuple / dataclass / dict / ``ModelOutput`` outputs work as before.
+Engine blocks pickle their own way (ONNX model bytes, a block to recompile lazily).
+
+Plain ``torch.save`` of a compiled module does "work", but by that retrace: it comes back
+as a plain ``GraphModule`` with a plain ``CodeGen`` (tested).
+
+What is not kept: node metadata other than ``stack_trace`` (fake values do not pickle),
+tracer state (make_fx's ``shape_env``), and torch.export's ``_guards_fn``, whose code
+exists only as a local function. So a loaded ``ep.module()`` still checks the STRUCTURE
+of its inputs (its pre-hook: positional/keyword split, keyword names), but no longer
+their shapes against the export's ranges (those checks read the dropped fake values);
+a wrong shape fails inside the graph instead.
+
+Trust: loading unpickles arbitrary objects (``torch.load(weights_only=False)``): it can
+run code chosen by whoever wrote the file. Load only files you trust, as with any pickle.
+
+Output/input types of the signature (namedtuple, registered dataclass, ``ModelOutput``
+subclasses) are saved by reference: their classes must be importable, under the same
+module and name, when loading (a class defined inside a function, or in a notebook's
+``__main__`` that the loading process does not define, cannot be found), and a
+registered dataclass must be registered with ``torch.utils._pytree`` again before
+:func:`load` (importing the module that registers it is enough). Both are checked,
+naming the missing type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import pickle
+import sys
+import types
+import warnings
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from tetrt_support.complex.detect import GUARDS_FN, is_guards_call
+
+__all__ = ["FORMAT", "OUTPUT_FORMATS", "MissingSignatureType", "load", "save"]
+
+FORMAT = "tetrt_support.serialization/1"
+
+# Rebuilt on load from the graph and codegen; never pickled.
+_REGENERATED = ("_graph", "_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec")
+# Tracer state left on make_fx results; does not pickle and nothing reads it after tracing.
+_TRACER_STATE = ("shape_env",)
+_BUILTIN_CONTAINERS = (tuple, list, dict, OrderedDict, defaultdict, deque, type(None))
+
+
+class MissingSignatureType(ImportError):
+    """A type named in a saved module's call signature cannot be found or is not registered."""
+
+
+# ---------------------------------------------------------------------------- targets
+class _OpRef:
+    """An ATen/custom op by name: OpOverload objects themselves do not pickle."""
+
+    def __init__(self, namespace: str, name: str, overload: str | None) -> None:
+        self.namespace, self.name, self.overload = namespace, name, overload
+
+    def resolve(self) -> Any:
+        try:
+            op = getattr(getattr(torch.ops, self.namespace), self.name)
+            return op if self.overload is None else getattr(op, self.overload)
+        except AttributeError as error:
+            raise RuntimeError(
+                f"saved graph calls torch.ops.{self.namespace}.{self.name}"
+                f"{'' if self.overload is None else '.' + self.overload}, which this process does not "
+                f"define (load the library that registers it first)"
+            ) from error
+
+
+def _encode_target(target: Any) -> Any:
+    if isinstance(target, torch._ops.OpOverload):
+        return _OpRef(target.namespace, target._opname, target._overloadname)
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        namespace, name = target._qualified_op_name.split("::")
+        return _OpRef(namespace, name, None)
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return _OpRef("higher_order", target.name(), None)
+    return target  # a string (call_module/get_attr/placeholder) or an importable function
+
+
+class _NodeRef:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+# ---------------------------------------------------------------------------- signature types
+def _spec_types(spec: pytree.TreeSpec) -> list[type]:
+    """User classes a spec names: a node type (dataclass, ModelOutput), or the class kept as
+    the context of a namedtuple / structseq node (whose node type is a shared sentinel)."""
+    found = [
+        t
+        for t in (spec.type, spec.context)
+        if isinstance(t, type) and t not in _BUILTIN_CONTAINERS and t.__module__ != "builtins"
+    ]
+    children = spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs
+    for child in children:
+        found += _spec_types(child)
+    return found
+
+
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _codegen_types(codegen: Any) -> list[type]:
+    info = getattr(codegen, "pytree_info", None)
+    if info is None:
+        return []
+    found: list[type] = []
+    for spec in (info.in_spec, info.out_spec):
+        if spec is not None:
+            found += [t for t in _spec_types(spec) if t not in found]
+    return found
+
+
+def _check_savable_type(cls: type) -> None:
+    if "<locals>" in cls.__qualname__:
+        raise TypeError(
+            f"cannot save: the call signature uses {_type_name(cls)}, a class defined inside a function; "
+            f"load could never import it again. Define it at module level"
+        )
+
+
+def _find_type(module: str, qualname: str) -> type:
+    name = f"{module}.{qualname}"
+    try:
+        obj: Any = sys.modules.get(module) or importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as error:
+        raise MissingSignatureType(
+            f"cannot load: the saved call signature uses {name}, which cannot be imported here "
+            f"({type(error).__name__}: {error}). Import or define it (same module, same name) before load()"
+        ) from error
+    return obj
+
+
+def _check_registered(cls: type) -> None:
+    if cls in pytree.SUPPORTED_NODES or pytree.is_namedtuple_class(cls):
+        return
+    raise MissingSignatureType(
+        f"cannot load: the saved call signature uses {_type_name(cls)}, which is not registered with "
+        f"torch.utils._pytree in this process; register it (e.g. torch.utils._pytree.register_dataclass) "
+        f"before load()"
+    )
+
+
+# ---------------------------------------------------------------------------- hooks and methods
+def _is_inert_export_hook(hook: Any) -> bool:
+    """torch.export's enter/exit hooks for nn.Module graph inputs, when there are none.
+
+    ``_create_stateful_graph_module`` wraps them in lambdas (unpicklable) closing over the
+    set of nn.Module input types; with an empty set they do nothing.
+    """
+    if "_create_stateful_graph_module.<locals>" not in getattr(hook, "__qualname__", ""):
+        return False
+    cells = [c.cell_contents for c in (getattr(hook, "__closure__", None) or ())]
+    return all(isinstance(c, (set, frozenset, list, tuple, dict)) and not c for c in cells)
+
+
+def _train_unsupported(self: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+    raise NotImplementedError("Calling train() is not supported yet.")
+
+
+def _eval_unsupported(self: torch.nn.Module) -> torch.nn.Module:
+    raise NotImplementedError("Calling eval() is not supported yet.")
+
+
+def _is_export_train_eval(value: Any) -> bool:
+    """``ep.module()`` replaces train/eval by local functions that raise; we recreate them."""
+    func = getattr(value, "__func__", None)
+    return "ExportedProgram.module.<locals>" in getattr(func, "__qualname__", "")
+
+
+def _picklable_hooks(gm: fx.GraphModule, state: dict[str, Any]) -> None:
+    for hooks_key, companions in (
+        ("_forward_pre_hooks", ("_forward_pre_hooks_with_kwargs",)),
+        ("_forward_hooks", ("_forward_hooks_with_kwargs", "_forward_hooks_always_called")),
+    ):
+        kept = OrderedDict()
+        for handle, hook in state.get(hooks_key, {}).items():
+            if _is_inert_export_hook(hook):
+                continue
+            try:
+                pickle.dumps(hook)
+            except Exception as error:  # noqa: BLE001 - any pickling failure: say which hook
+                raise TypeError(
+                    f"cannot save: {type(gm).__name__} has a {hooks_key[1:]} entry "
+                    f"{getattr(hook, '__qualname__', hook)!r} that cannot be pickled ({error})"
+                ) from error
+            kept[handle] = hook
+        state[hooks_key] = kept
+        for key in companions:
+            state[key] = OrderedDict((h, v) for h, v in state.get(key, {}).items() if h in kept)
+
+
+# ---------------------------------------------------------------------------- graph modules
+def _user_class(gm: fx.GraphModule) -> type:
+    """The class a user named (GraphModule.__new__ makes one private subclass per instance)."""
+    for cls in type(gm).__mro__:
+        if cls.__qualname__.split(".")[-1] != "GraphModuleImpl":
+            return cls
+    return fx.GraphModule
+
+
+def _pack_graph_module(gm: fx.GraphModule) -> tuple[Any, ...]:
+    graph = gm.graph
+    types_ = _codegen_types(graph._codegen)
+    for cls in types_:
+        _check_savable_type(cls)
+    nodes = []
+    for node in graph.nodes:
+        if is_guards_call(node):
+            continue  # returns None, read by nobody; see the module docstring
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _NodeRef(n.name))
+        meta = {"stack_trace": node.meta["stack_trace"]} if node.meta.get("stack_trace") else {}
+        nodes.append((node.op, node.name, _encode_target(node.target), args, kwargs, meta))
+
+    state = {k: v for k, v in gm.__dict__.items() if k not in _REGENERATED + _TRACER_STATE}
+    state["_modules"] = {k: v for k, v in state["_modules"].items() if k != GUARDS_FN}
+    recreate = sorted(k for k in ("train", "eval") if _is_export_train_eval(state.get(k)))
+    for k in recreate:
+        del state[k]
+    _picklable_hooks(gm, state)
+    codegen = pickle.dumps(graph._codegen)  # its spec types are checked before this is loaded
+    signature = [(cls.__module__, cls.__qualname__) for cls in types_]
+    return (_user_class(gm), state, nodes, codegen, signature, recreate)
+
+
+def _rebuild_graph_module(
+    cls: type,
+    state: dict[str, Any],
+    nodes: list[tuple[Any, ...]],
+    codegen: bytes,
+    signature: list[tuple[str, str]],
+    recreate: list[str],
+) -> fx.GraphModule:
+    for cls_ref in (_find_type(module, qualname) for module, qualname in signature):
+        _check_registered(cls_ref)
+    graph = fx.Graph()
+    with warnings.catch_warnings():
+        # torch 2.11 warns while unpickling its own LeafSpec: not something a user can act on.
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        graph._codegen = pickle.loads(codegen)
+    by_name: dict[str, fx.Node] = {}
+    for op, name, target, args, kwargs, meta in nodes:
+        if isinstance(target, _OpRef):
+            target = target.resolve()
+        args, kwargs = _map_refs((args, kwargs), by_name)
+        node = graph.create_node(op, target, args, kwargs, name=name)
+        if node.name != name:
+            raise RuntimeError(f"saved graph has two nodes named {name!r}")
+        node.meta.update(meta)
+        by_name[name] = node
+    gm = cls.__new__(cls)
+    gm.__dict__.update(state)
+    gm.graph = graph  # recompiles: forward, _in_spec and _out_spec come back from the codegen
+    methods = {"train": _train_unsupported, "eval": _eval_unsupported}
+    for name in recreate:
+        setattr(gm, name, types.MethodType(methods[name], gm))
+    return gm
+
+
+def _map_refs(value: Any, by_name: dict[str, fx.Node]) -> Any:
+    if isinstance(value, _NodeRef):
+        return by_name[value.name]
+    if isinstance(value, tuple):
+        mapped = [_map_refs(v, by_name) for v in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
+    if isinstance(value, list):
+        return [_map_refs(v, by_name) for v in value]
+    if isinstance(value, dict):
+        return type(value)((k, _map_refs(v, by_name)) for k, v in value.items())
+    if isinstance(value, slice):
+        return slice(*(_map_refs(v, by_name) for v in (value.start, value.stop, value.step)))
+    return value
+
+
+class _GraphAsNodesPickler(pickle.Pickler):
+    """Pickles every fx.GraphModule as node records instead of code to retrace."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, fx.GraphModule):
+            return _rebuild_graph_module, _pack_graph_module(obj)
+        return NotImplemented
+
+
+class _PickleModule:
+    """What ``torch.save(pickle_module=...)`` needs: our Pickler, the standard rest."""
+
+    Pickler = _GraphAsNodesPickler
+    Unpickler = pickle.Unpickler
+    load = staticmethod(pickle.load)
+    dump = staticmethod(pickle.dump)
+    __name__ = "tetrt_support.compiler.serialization"
+
+
+# ---------------------------------------------------------------------------- public API
+OUTPUT_FORMATS = ("exported_program", "pickle")
+_EXPORT_ARCHIVE_MARK = "archive_format"  # a file every torch.export.save archive holds
+
+
+def _save_pickle(module: torch.nn.Module, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
+    torch.save({"format": FORMAT, "module": module}, path, pickle_module=_PickleModule)
+
+
+def _save_exported_program(
+    module: torch.nn.Module,
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    arg_inputs: Any,
+    kwarg_inputs: Any,
+    dynamic_shapes: Any,
+) -> None:
+    from tetrt_support.compiler.pytorch_twin import as_pytorch
+
+    if arg_inputs is None and kwarg_inputs is None:
+        raise TypeError(
+            "save(output_format='exported_program') re-exports the module with torch.export: pass "
+            "arg_inputs=(...) and/or kwarg_inputs={...}, called as the model is called "
+            "(or use output_format='pickle')"
+        )
+    args = (arg_inputs,) if isinstance(arg_inputs, torch.Tensor) else tuple(arg_inputs or ())
+    twin = as_pytorch(module) if isinstance(module, fx.GraphModule) else module
+    with torch.no_grad():
+        program = torch.export.export(twin, args, dict(kwarg_inputs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+    torch.export.save(program, path)
+
+
+def save(
+    module: torch.nn.Module,
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    *,
+    output_format: str = "exported_program",
+    arg_inputs: Any = None,
+    kwarg_inputs: dict[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+) -> None:
+    """Write ``module`` (a compiled module, ``ep.module()``, any nn.Module) to ``path``.
+
+    ``output_format="exported_program"`` (Torch-TensorRT's default): the module is
+    re-exported with ``arg_inputs`` / ``kwarg_inputs`` (and ``dynamic_shapes``), engine
+    blocks as the ATen graphs they were built from
+    (:mod:`~tetrt_support.compiler.pytorch_twin` says why), and written by
+    ``torch.export.save``: ``torch.export.load(path).module()`` is then called like the
+    model (the keyword/positional split given here, the same output structure, complex
+    tensors in and out). ``output_format="pickle"``: the module itself, engines included;
+    every ``fx.GraphModule`` inside keeps its graph and codegen (see above).
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"save() takes a torch.nn.Module, got {type(module).__name__}")
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"unknown output_format {output_format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
+    if output_format == "pickle":
+        given = [n for n, v in (("arg_inputs", arg_inputs), ("kwarg_inputs", kwarg_inputs), ("dynamic_shapes", dynamic_shapes)) if v is not None]
+        if given:
+            raise TypeError(f"output_format='pickle' saves the module as it is; {', '.join(given)} would be unused")
+        _save_pickle(module, path)
+    else:
+        _save_exported_program(module, path, arg_inputs, kwarg_inputs, dynamic_shapes)
+
+
+def _is_exported_program_archive(path: str | os.PathLike[str] | io.BufferedIOBase) -> bool:
+    import zipfile
+
+    if isinstance(path, (str, os.PathLike)):
+        if not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as archive:
+            return any(name.rsplit("/", 1)[-1] == _EXPORT_ARCHIVE_MARK for name in archive.namelist())
+    start = path.tell()
+    try:
+        if not zipfile.is_zipfile(path):
+            return False
+        path.seek(start)
+        with zipfile.ZipFile(path) as archive:
+            return any(name.rsplit("/", 1)[-1] == _EXPORT_ARCHIVE_MARK for name in archive.namelist())
+    finally:
+        path.seek(start)
+
+
+def load(path: str | os.PathLike[str] | io.BufferedIOBase) -> torch.nn.Module | torch.export.ExportedProgram:
+    """Read what :func:`save` wrote: an ``ExportedProgram`` (call ``.module()``) for the
+    ``"exported_program"`` format, the module itself for ``"pickle"``.
+
+    The pickle format unpickles (``torch.load(weights_only=False)``): load only files you trust.
+    """
+    if _is_exported_program_archive(path):
+        return torch.export.load(path)
+    payload = torch.load(path, weights_only=False)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path!r} was not written by tetrt_support.compiler.serialization.save (found {found!r})")
+    return payload["module"]

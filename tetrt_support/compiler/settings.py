@@ -1,0 +1,190 @@
+"""The options of ``tetrt_support.compile``, named and defaulted as Torch-TensorRT names them.
+
+A Torch-TensorRT user writes ``torch_tensorrt.compile(model, arg_inputs=...,
+min_block_size=..., torch_executed_ops=..., require_full_compilation=...,
+pass_through_build_failures=..., truncate_double=...)`` or passes the same names in
+``torch.compile(..., options={...})``. :class:`CompilationSettings` holds them (the name of
+Torch-TensorRT's own settings class) and :func:`settings_from_options` checks them once,
+up front: an unknown option or a value outside its choices raises, naming the option and
+what it accepts, before anything is exported or built.
+
+Defaults follow ``torch_tensorrt/dynamo/_defaults.py`` where an option exists there
+(``MIN_BLOCK_SIZE = 5``, the three flags ``False``, no ops forced to PyTorch). The two
+options of this package: ``backend`` (the engine for engine blocks; ``"onnxruntime"`` is
+the default because it is the engine without complex dtypes that runs on a CPU, where
+Torch-TensorRT's default is its TensorRT engine) and ``strategy`` (how complex arithmetic
+is lowered; Torch-TensorRT's ``use_complex_decomposition`` chooses between the same two).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from tetrt_support.compiler.engines import ENGINE_NAMES
+from tetrt_support.complex.lower import STRATEGIES
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "MIN_BLOCK_SIZE",
+    "CompilationSettings",
+    "op_qualified_name",
+    "resolve_op",
+    "settings_from_options",
+]
+
+#: torch_tensorrt.dynamo._defaults.MIN_BLOCK_SIZE
+MIN_BLOCK_SIZE = 5
+DEFAULT_BACKEND = "onnxruntime"
+
+Op = torch._ops.OpOverload | torch._ops.OpOverloadPacket
+
+
+def op_qualified_name(target: Any) -> str:
+    """``"torch.ops.aten.mul.Tensor"``: how Torch-TensorRT names a node's target
+    (``ConverterRegistry.qualified_name_or_str``, i.e. ``torch.fx.node._get_qualified_name``)."""
+    if isinstance(target, str):
+        return target
+    from torch.fx.node import _get_qualified_name
+
+    return _get_qualified_name(target)
+
+
+def resolve_op(name: str | Op) -> Op:
+    """The op an entry of ``torch_executed_ops`` names.
+
+    Accepted: an ``OpOverload`` (``torch.ops.aten.mul.Tensor``), an ``OpOverloadPacket``
+    (``torch.ops.aten.mul``: every overload), or their names as Torch-TensorRT spells them
+    (``"torch.ops.aten.mul.Tensor"``), as torch prints them (``"aten.mul.Tensor"``) or in
+    schema form (``"aten::mul.Tensor"``). A name that resolves to no op raises: a misspelt
+    op would otherwise silently force nothing into PyTorch.
+    """
+    if isinstance(name, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(
+            f"torch_executed_ops: {name!r} is a {type(name).__name__}; give op overloads "
+            f"(torch.ops.aten.mul.Tensor), packets (torch.ops.aten.mul) or their names"
+        )
+    text = name.strip()
+    text = text.removeprefix("torch.ops.").replace("::", ".")
+    parts = text.split(".")
+    op: Any = None
+    if len(parts) in (2, 3):
+        try:
+            op = getattr(getattr(torch.ops, parts[0]), parts[1])
+            if len(parts) == 3:
+                op = getattr(op, parts[2])
+        except (AttributeError, RuntimeError):
+            op = None
+    if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        raise ValueError(
+            f"torch_executed_ops: {name!r} names no op; spell it as Torch-TensorRT does, "
+            f"e.g. 'torch.ops.aten.mul.Tensor' (one overload) or 'torch.ops.aten.mul' (all of them)"
+        )
+    return op
+
+
+@dataclasses.dataclass(frozen=True)
+class CompilationSettings:
+    """What ``tetrt_support.compile`` and the ``"tetrt"`` torch.compile backend do.
+
+    - ``backend``: engine for engine blocks, one of :data:`ENGINE_NAMES`;
+    - ``strategy``: complex lowering, ``"rewrite"`` or ``"retrace"``;
+    - ``min_block_size``: an engine block with fewer compute ops (call_function nodes
+      other than ``getitem``, as Torch-TensorRT counts them) runs in PyTorch instead;
+    - ``torch_executed_ops``: ops (overloads, or packets for all overloads) that always
+      run in PyTorch fallback blocks;
+    - ``require_full_compilation``: raise, naming each op and its source line, if
+      anything would run in a PyTorch fallback block;
+    - ``pass_through_build_failures``: ``False``: an engine block that fails to build
+      runs in PyTorch, with a warning naming it and why; ``True``: the failure raises
+      (Torch-TensorRT falls back a whole graph, on its ``torch.compile`` path only; here
+      each block falls back on its own, and the backend also falls back whole graphs);
+    - ``truncate_double``: float64 inputs and weights of engine blocks run as float32
+      inside the engine (float64 outputs are cast back), as in Torch-TensorRT.
+    - ``check_engine_blocks`` (this package; on by default): each engine block is run
+      against its PyTorch graph on the example inputs when it is built
+      (:mod:`tetrt_support.compiler.verify`); ``on_engine_mismatch``: ``"raise"`` an error
+      naming the block, its first differing output and the error, or ``"fallback"``: run
+      that block in PyTorch, with a warning saying the same.
+    """
+
+    backend: str = DEFAULT_BACKEND
+    strategy: str = "rewrite"
+    min_block_size: int = MIN_BLOCK_SIZE
+    torch_executed_ops: frozenset[Op] = frozenset()
+    require_full_compilation: bool = False
+    pass_through_build_failures: bool = False
+    truncate_double: bool = False
+    check_engine_blocks: bool = True
+    on_engine_mismatch: str = "raise"
+
+    def __post_init__(self) -> None:
+        _check_choice("backend", self.backend, ENGINE_NAMES)
+        _check_choice("strategy", self.strategy, STRATEGIES)
+        if isinstance(self.min_block_size, bool) or not isinstance(self.min_block_size, int) or self.min_block_size < 1:
+            raise ValueError(f"min_block_size must be an int >= 1, got {self.min_block_size!r}")
+        _check_choice("on_engine_mismatch", self.on_engine_mismatch, ("raise", "fallback"))
+        for flag in ("require_full_compilation", "pass_through_build_failures", "truncate_double", "check_engine_blocks"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be True or False, got {value!r}")
+        object.__setattr__(self, "torch_executed_ops", _normalize_ops(self.torch_executed_ops))
+        if self.require_full_compilation and self.torch_executed_ops:
+            names = ", ".join(sorted(op_qualified_name(op) for op in self.torch_executed_ops))
+            raise ValueError(
+                f"require_full_compilation=True forbids running anything in PyTorch, but "
+                f"torch_executed_ops forces {names} there; give one or the other"
+            )
+
+    def forces_to_pytorch(self, target: Any) -> bool:
+        """Whether ``torch_executed_ops`` names ``target`` (an overload or its packet)."""
+        if not self.torch_executed_ops:
+            return False
+        if target in self.torch_executed_ops:
+            return True
+        packet = getattr(target, "overloadpacket", None)
+        return packet is not None and packet in self.torch_executed_ops
+
+
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CompilationSettings))
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(choices)}")
+
+
+def _normalize_ops(ops: Any) -> frozenset[Op]:
+    if ops is None:
+        return frozenset()
+    if isinstance(ops, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        raise TypeError(
+            f"torch_executed_ops takes a collection of ops, got the single op {ops!r}; "
+            f"write {{{ops!r}}}"
+        )
+    if not isinstance(ops, Iterable):
+        raise TypeError(f"torch_executed_ops takes a collection of ops, got {type(ops).__name__}")
+    return frozenset(resolve_op(op) for op in ops)
+
+
+def settings_from_options(options: Mapping[str, Any] | None = None, **overrides: Any) -> CompilationSettings:
+    """:class:`CompilationSettings` from option names and values, checked.
+
+    An unknown name raises ``TypeError`` naming it, the closest valid name and all valid
+    names (as ``torch.compile(options=...)`` users would otherwise lose a typo silently).
+    """
+    given = dict(options or {})
+    given.update(overrides)
+    unknown = [name for name in given if name not in OPTION_NAMES]
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(str(name), OPTION_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"unknown compile option {name!r}{hint}; valid options: {', '.join(OPTION_NAMES)}")
+    return CompilationSettings(**given)

@@ -1,0 +1,226 @@
+"""Check every engine block against PyTorch on the example inputs, when it is built.
+
+An engine can be wrong without failing: an in-place write it drops, a dtype it narrows, an
+op it translates differently. Neither Torch-TensorRT nor ONNX Runtime compares an engine
+with the graph it was built from, so a wrong engine block reaches the user as a wrong
+number. These two passes do compare, by default:
+
+- :func:`keep_reference_blocks` (before the engines build) keeps a PyTorch copy of every
+  engine block's graph;
+- :func:`check_engine_blocks` (after) runs the compiled graph on the example inputs; at
+  each engine block it runs the block's PyTorch copy on the same inputs and compares
+  every output. A mismatch raises :class:`EngineMismatchError` naming the block, its first
+  differing output and the error (``on_engine_mismatch="raise"``, the default), or runs the
+  block in PyTorch with a warning saying the same (``"fallback"``).
+  ``check_engine_blocks=False`` skips the check.
+
+- :func:`check_whole_program` (last) compares the compiled module with ``ep.module()`` on
+  the example inputs, output by output: what no single block shows (a write in one block
+  to a tensor another block reads) shows there, and raises naming the output.
+
+What a block computes from the indices of a ``sort``, ``argsort`` or ``topk`` is not
+compared block by block: with ties, two correct engines order equal keys differently
+(PyTorch's CPU sort is not stable, ONNX's is), so such outputs may differ (a mixture of
+experts' tokens grouped by expert) while what the model computes from them does not;
+:func:`check_whole_program` still compares the model's outputs.
+
+Outputs agree when they have the same shape and dtype, NaN where PyTorch has NaN, the same
+infinities, and a largest difference within ``RTOL`` of the output's largest magnitude (or
+``ATOL``, for outputs that are all near zero).
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import warnings
+from typing import Any
+
+import torch
+from torch import fx
+from torch.utils import _pytree as pytree
+
+from tetrt_support.compiler.partition import BLOCK_OPS_KEY, FALLBACK_PREFIX, block_kind
+
+__all__ = [
+    "ATOL",
+    "RTOL",
+    "EngineMismatchError",
+    "check_engine_blocks",
+    "check_whole_program",
+    "compare_outputs",
+    "keep_reference_blocks",
+]
+
+RTOL = 1e-4
+ATOL = 1e-6
+_REFERENCES_KEY = "tetrt_reference_blocks"
+
+
+class EngineMismatchError(RuntimeError):
+    """An engine block computed something else than its PyTorch graph on the example inputs."""
+
+
+def _engine_blocks(gm: fx.GraphModule) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_module" and block_kind(str(n.target)) == "engine"]
+
+
+_ORDER_OPS = tuple(
+    op for op in (torch.ops.aten.sort.default, torch.ops.aten.sort.stable, torch.ops.aten.topk.default) if op is not None
+)
+
+
+def _is_order_index(node: fx.Node) -> bool:
+    """Indices of a sort/argsort/topk, or the values of an unsorted topk (their order is free)."""
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.argsort.default:
+        return True
+    if node.target is not operator.getitem or getattr(node.args[0], "target", None) not in _ORDER_OPS:
+        return False
+    source = node.args[0]
+    unsorted_topk = source.target is torch.ops.aten.topk.default and not (
+        source.args[4] if len(source.args) > 4 else source.kwargs.get("sorted", True)
+    )
+    return node.args[1] == 1 or unsorted_topk
+
+
+def tie_dependent_outputs(block: fx.GraphModule) -> frozenset[int]:
+    """Flat output positions of ``block`` computed from the indices of a sort/argsort/topk
+    (the indices themselves, and what they gather, scatter or permute)."""
+    tainted: set[fx.Node] = set()
+    for node in block.graph.nodes:
+        if _is_order_index(node) or any(a in tainted for a in node.all_input_nodes):
+            tainted.add(node)
+    outputs = pytree.tree_leaves(block.graph.output_node().args[0])
+    return frozenset(i for i, out in enumerate(outputs) if isinstance(out, fx.Node) and out in tainted)
+
+
+def keep_reference_blocks(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+    """A PyTorch copy of each engine block, for :func:`check_engine_blocks` (a pass)."""
+    if getattr(ctx.settings, "check_engine_blocks", True):
+        gm.meta[_REFERENCES_KEY] = {name: copy.deepcopy(gm.get_submodule(name)) for name in _engine_blocks(gm)}
+    return gm
+
+
+def compare_outputs(expected: Any, actual: Any, skip: frozenset[int] = frozenset()) -> str | None:
+    """None if ``actual`` matches ``expected`` (a block's outputs, those at ``skip`` aside),
+    else what differs first."""
+    want, got = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
+    if len(want) != len(got):
+        return f"{len(got)} outputs where PyTorch gives {len(want)}"
+    for i, (w, g) in enumerate(zip(want, got)):
+        if i in skip:
+            continue
+        if not isinstance(w, torch.Tensor):
+            if w != g:
+                return f"output {i} is {g!r} where PyTorch gives {w!r}"
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or g.dtype != w.dtype:
+            what = f"{tuple(g.shape)} {g.dtype}" if isinstance(g, torch.Tensor) else type(g).__name__
+            return f"output {i} is {what} where PyTorch gives {tuple(w.shape)} {w.dtype}"
+        if w.dtype == torch.bool or not (w.is_floating_point() or w.is_complex()):
+            if not torch.equal(g, w):
+                return f"output {i} differs in {int((g != w).sum())} of {w.numel()} elements"
+            continue
+        w64, g64 = w.detach().to(torch.complex128 if w.is_complex() else torch.float64), g.detach().to(
+            torch.complex128 if w.is_complex() else torch.float64
+        )
+        nan_w, nan_g = torch.isnan(w64), torch.isnan(g64)
+        if not torch.equal(nan_w, nan_g):
+            return f"output {i} has NaN in {int((nan_w ^ nan_g).sum())} elements where PyTorch does not (or the reverse)"
+        finite = torch.isfinite(w64) & torch.isfinite(g64)
+        if not torch.equal(w64[~finite & ~nan_w], g64[~finite & ~nan_w]):
+            return f"output {i} has different infinities"
+        if finite.any():
+            err = (w64[finite] - g64[finite]).abs().max().item()
+            scale = w64[finite].abs().max().item()
+            if err > max(RTOL * scale, ATOL):
+                return f"output {i} (shape {tuple(w.shape)}) differs by up to {err:.3g} (largest |value| {scale:.3g})"
+    return None
+
+
+class _Checker(fx.Interpreter):
+    """Runs the compiled graph; each engine block's result is checked against its copy."""
+
+    def __init__(self, gm: fx.GraphModule, references: dict[str, torch.nn.Module]) -> None:
+        super().__init__(gm)
+        self.references = references
+        self.mismatches: dict[str, str] = {}
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        name = str(target)
+        reference = self.references.get(name)
+        if reference is None:
+            return super().call_module(target, args, kwargs)
+        expected = reference(*args, **kwargs)
+        skip = tie_dependent_outputs(reference) if isinstance(reference, fx.GraphModule) else frozenset()
+        difference = compare_outputs(expected, super().call_module(target, args, kwargs), skip)
+        if difference is not None:
+            self.mismatches[name] = difference
+        return expected  # later blocks get the right inputs, so each mismatch is its own
+
+
+def check_engine_blocks(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+    """Compare each engine block with its PyTorch copy on the example inputs (a pass)."""
+    references = gm.meta.pop(_REFERENCES_KEY, None)
+    settings = ctx.settings
+    if not getattr(settings, "check_engine_blocks", True) or not references:
+        return gm
+    live = {name: ref for name, ref in references.items() if name in set(_engine_blocks(gm))}
+    checker = _Checker(gm, live)
+    with torch.no_grad():
+        checker.run(*ctx.packed_example_inputs(), enable_io_processing=False)
+    for name, difference in checker.mismatches.items():
+        ops = gm.meta.get(BLOCK_OPS_KEY, {}).get(name, ())
+        what = f"engine block {name} ({len(ops)} ops)" if ops else f"engine block {name}"
+        message = f"the {ctx.settings.backend} engine's {what} does not match PyTorch on the example inputs: {difference}"
+        if getattr(settings, "on_engine_mismatch", "raise") == "raise":
+            raise EngineMismatchError(
+                message + " (check_engine_blocks=False skips this check; on_engine_mismatch='fallback' runs the block in PyTorch)"
+            )
+        new = _fallback_name(gm, name)
+        warnings.warn(f"{message}; it runs in PyTorch as {new}", stacklevel=2)
+        _run_in_pytorch(gm, name, new, live[name])
+    return gm
+
+
+def _fallback_name(gm: fx.GraphModule, name: str) -> str:
+    new, i = f"{FALLBACK_PREFIX}{name}", 0
+    while hasattr(gm, new):
+        i += 1
+        new = f"{FALLBACK_PREFIX}{name}_{i}"
+    return new
+
+
+def _run_in_pytorch(gm: fx.GraphModule, name: str, new: str, reference: torch.nn.Module) -> None:
+    gm.add_module(new, reference)
+    delattr(gm, name)
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and node.target == name:
+            node.target = new
+    for key in (BLOCK_OPS_KEY, "tetrt_block_weights"):
+        recorded = gm.meta.get(key, {})
+        if name in recorded:
+            recorded[new] = recorded.pop(name)
+    gm.recompile()
+
+
+def check_whole_program(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+    """The compiled graph against ``ep.module()`` on the example inputs (a pass)."""
+    if not getattr(ctx.settings, "check_engine_blocks", True):
+        return gm
+    args, kwargs = ctx.exported_program.example_inputs
+    with torch.no_grad():
+        expected = ctx.exported_program.module()(*args, **kwargs)
+        actual = gm(*args, **kwargs)
+    paths = [pytree.keystr(p) for p, _ in pytree.tree_flatten_with_path(expected)[0]]
+    difference = compare_outputs(expected, actual)
+    if difference is not None:
+        index = int(difference.split()[1]) if difference.startswith("output ") else None
+        where = f" (the model's output{paths[index]})" if index is not None and index < len(paths) else ""
+        raise EngineMismatchError(
+            f"the compiled module does not match the exported program on the example inputs{where}: {difference} "
+            f"(check_engine_blocks=False skips this check)"
+        )
+    return gm

@@ -1,0 +1,307 @@
+"""Where the quantizers and the quantized GEMM take the fast path, and where they do not.
+
+Two entry points, each returning ``None`` when the reference must run instead (then the
+caller runs it; nothing here changes a result):
+
+- :func:`fast_buffers` (called by ``Quantizer.quantize``): the buffers of one quantizer
+  for one tensor, from the kernels of this package: FP8 current scaling, FP8 blockwise,
+  MXFP8 (1-D blocks) and NVFP4 (1-D or 16 x 16 blocks, with the column-wise Hadamard
+  transform and stochastic rounding). Not covered (the reference runs): FP8 delayed
+  scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks. NVFP4's
+  stochastic rounding draws its uniform numbers exactly as the reference does
+  (``torch.rand`` of the same shape, generator and device, in the same order), so the
+  same RNG state gives the same bytes.
+- :func:`fast_matmul` (called by ``ops.quantized_matmul``): ``op(a) @ op(b)`` from the
+  quantized copies the caller names (TE's choice: fprop row-wise x row-wise, dgrad
+  row-wise x column-wise, wgrad column-wise x column-wise), on the GEMM the hardware has.
+  Per-tensor FP8: ``torch._scaled_mm``, transposed operands read from the other copy.
+  FP8 blockwise: the native blockwise GEMM whenever op(a)'s stored rows carry 1 x 128
+  blocks along the contraction dim and op(b)^T's do too (all three GEMMs of a Linear
+  step), else the exact bf16 dequantization and a bf16 GEMM. MXFP8 and NVFP4: the
+  emulated GEMMs of :mod:`.gemm`. Results equal the reference's up to the GEMM's
+  accumulation order (and, for NVFP4, the rounding of the per-tensor factors, which are
+  applied after the GEMM instead of to every element).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tetrt_support.quant.kernels import enabled
+
+
+# ------------------------------------------------------------------------- quantize
+def fast_buffers(quantizer: Any, x: torch.Tensor, options: dict[str, Any]) -> dict[str, torch.Tensor | None] | None:
+    """The buffers ``quantizer.quantize(x, **options)`` stores, or None (use the reference)."""
+    if not enabled(x) or x.numel() == 0 or x.dim() == 0:
+        return None
+    handler = _HANDLERS.get(type(quantizer).__name__)
+    if handler is None:
+        return None
+    x2d = x.reshape(-1, x.shape[-1])
+    if x2d.stride(1) != 1:
+        x2d = x2d.contiguous()
+    return handler(quantizer, x, x2d, options)
+
+
+def _current_scaling(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
+    if options.get("amax_reduction_group") is not None or vars(q).get("amax_reduction_group") is not None:
+        return None
+    from tetrt_support.quant.kernels.float8 import current_scaling_quantize
+
+    data, transpose, scale_inv, _ = current_scaling_quantize(
+        x2d, q.fp8_dtype, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,
+        rowwise=True, columnwise=q.columnwise_usage,
+    )
+    shape = tuple(x.shape)
+    if transpose is not None and len(shape) > 2:
+        transpose = transpose.reshape(shape[-1], *shape[:-1])
+    return {"_data": data.reshape(shape) if q.rowwise_usage else None, "_transpose": transpose, "_scale_inv": scale_inv}
+
+
+def _blockwise(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
+    if options:
+        return None
+    from tetrt_support.quant.kernels.float8 import blockwise_quantize
+
+    rd, rs, cd, cs = blockwise_quantize(
+        x2d, q.fp8_dtype, q.block_scaling_dim, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,
+        rowwise=q.rowwise_usage, columnwise=q.columnwise_usage,
+    )
+    return _layouts(q, rd, rs, cd, cs)
+
+
+def _mxfp8(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
+    if options or q.with_2d_quantization:
+        return None
+    from tetrt_support.quant.kernels.mxfp8 import mxfp8_quantize
+
+    rd, rs, cd, cs = mxfp8_quantize(x2d, q.fp8_dtype, rowwise=q.rowwise_usage, columnwise=q.columnwise_usage)
+    return _layouts(q, rd, rs, cd, cs)
+
+
+def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
+    if options.get("amax_reduction_group") is not None or set(options) - {"generator", "amax_reduction_group"}:
+        return None
+    from tetrt_support.quant.kernels.nvfp4 import nvfp4_quantize
+
+    block_rows = 16 if q.with_2d_quantization else 1
+    if not (q.columnwise_usage and (q.with_rht or q.stochastic_rounding)):
+        # both layouts from one read of x (the column-wise one is the recipe on x^T)
+        uniform = None
+        if q.stochastic_rounding:  # row-wise only here: the reference's one draw
+            uniform = torch.rand(x2d.shape, generator=options.get("generator"), device=x2d.device, dtype=torch.float32)
+        rd, rs, cd, cs, amax = nvfp4_quantize(x2d, None, block_rows, rowwise=q.rowwise_usage,
+                                              columnwise=q.columnwise_usage, uniform=uniform)
+        out = _layouts(q, rd, rs, cd, cs)
+        if q.rowwise_usage:
+            out["_amax_rowwise"] = amax
+        if q.columnwise_usage:
+            out["_amax_columnwise"] = amax.clone() if q.rowwise_usage else amax
+        return out
+    # The reference's structure, layout by layout: the layout's matrix (x, or x^T rotated by
+    # the quantizer's own Hadamard code, run by torch on this device), its amax, its uniform
+    # draws (same shape, generator and order), then the row-wise kernel on that matrix.
+    out: dict[str, torch.Tensor | None] = {}
+    for layout in ("rowwise", "columnwise"):
+        if not getattr(q, f"{layout}_usage"):
+            continue
+        matrix = x2d if layout == "rowwise" else _nvfp4_columnwise_matrix(q, x2d)
+        uniform = None
+        if q.stochastic_rounding:
+            uniform = torch.rand(matrix.shape, generator=options.get("generator"), device=matrix.device,
+                                 dtype=torch.float32)
+        data, scale, _, _, amax = nvfp4_quantize(matrix, None, block_rows, uniform=uniform)
+        out.update({f"_{layout}_data": data, f"_{layout}_scale_inv": scale, f"_amax_{layout}": amax})
+    return out
+
+
+def _nvfp4_columnwise_matrix(q: Any, x2d: torch.Tensor) -> torch.Tensor:
+    """``NVFP4Quantizer._layout_matrix(x2d, "columnwise")``: the same function
+    (``numerics.apply_hadamard``, float64 sums, so the bytes do not depend on the device),
+    with the Hadamard matrix kept on the device: the quantizer builds it from a Python list
+    per call, a host-to-device copy that a CUDA graph capture refuses."""
+    x_t = x2d.t().contiguous()
+    if not q.with_rht:
+        return x_t
+    from tetrt_support.quant import numerics
+
+    return numerics.apply_hadamard(x_t, _device_hadamard(q.rht_sign_mask, x_t.device))
+
+
+_HADAMARD: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _device_hadamard(sign_mask: int, device: torch.device) -> torch.Tensor:
+    """The quantizer's Hadamard matrix, built once per (mask, device) and kept there."""
+    key = (sign_mask, str(device))
+    if key not in _HADAMARD:
+        from tetrt_support.quant import numerics
+
+        _HADAMARD[key] = numerics.random_hadamard_matrix(sign_mask, device=device)
+    return _HADAMARD[key]
+
+
+def _layouts(q: Any, rd: Any, rs: Any, cd: Any, cs: Any) -> dict[str, torch.Tensor | None]:
+    out: dict[str, torch.Tensor | None] = {}
+    if q.rowwise_usage:
+        out.update(_rowwise_data=rd, _rowwise_scale_inv=rs)
+    if q.columnwise_usage:
+        out.update(_columnwise_data=cd, _columnwise_scale_inv=cs)
+    return out
+
+
+_HANDLERS = {
+    "Float8CurrentScalingQuantizer": _current_scaling,
+    "Float8BlockQuantizer": _blockwise,
+    "MXFP8Quantizer": _mxfp8,
+    "NVFP4Quantizer": _nvfp4,
+}
+
+
+# --------------------------------------------------------------------------- GEMMs
+def fast_matmul(a: Any, b: Any, *, transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype,
+                layout_a: str | None = None, layout_b: str | None = None) -> torch.Tensor | None:
+    """``op(a) @ op(b)`` of two 2-D quantized tensors on the fast GEMM, or None (use the reference).
+
+    ``layout_a`` / ``layout_b`` name the quantized copy of each operand to read, as for
+    ``ops.quantized_matmul`` (None: the first present, row-wise before column-wise)."""
+    pa, pb = _parts(a, layout_a), _parts(b, layout_b)
+    if pa is None or pb is None or not enabled(pa[0]) or type(a) is not type(b):
+        return None
+    kind = type(a).__name__
+    if kind == "Float8Tensor":
+        return _tensorwise(a, b, pa, pb, transpose_a, transpose_b, out_dtype)
+    if kind == "Float8BlockwiseTensor":
+        return _blockwise_mm(a, b, pa, pb, transpose_a, transpose_b, out_dtype)
+    if kind == "MXFP8Tensor":
+        return _mxfp8_mm(pa, pb, transpose_a, transpose_b, out_dtype)
+    if kind == "NVFP4Tensor":
+        return _nvfp4_mm(a, b, pa, pb, transpose_a, transpose_b, out_dtype)
+    return None
+
+
+def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
+    """(data, scale_inv, amax-or-None, layout) of the named copy, None when it is absent.
+
+    Data shapes, as the quantizers store them: per-tensor FP8 row-wise (M, K), column-wise
+    (K, M); FP8 blockwise and NVFP4 column-wise (K, M) (the recipe on x^T); MXFP8
+    column-wise (M, K) with 32 x 1 blocks."""
+    if type(t).__name__ == "Float8Tensor":
+        names = {"rowwise": "_data", "columnwise": "_transpose"}
+        for name in ([layout] if layout else ["rowwise", "columnwise"]):
+            data = getattr(t, names[name], None)
+            if data is not None:
+                return (data, t._scale_inv, None, name) if data.dim() == 2 else None
+        return None
+    for name in ([layout] if layout else ["rowwise", "columnwise"]):
+        data = getattr(t, f"_{name}_data", None)
+        if data is not None:
+            return data, getattr(t, f"_{name}_scale_inv"), getattr(t, f"_amax_{name}", None), name
+    return None
+
+
+def _matrix(parts: tuple[Any, ...], transposed_storage: bool) -> tuple[torch.Tensor, bool]:
+    """(stored 2-D data, whether it holds the logical tensor transposed)."""
+    data, _, _, layout = parts
+    return data, transposed_storage and layout == "columnwise"
+
+
+def _tensorwise(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
+    """``_scaled_mm(lhs row-major, rhs column-major)``; a per-tensor scale makes every
+    transpose exact, so the other copy (or a transpose kernel) serves when one is missing."""
+    from tetrt_support.quant.kernels.transpose import transpose_fp8
+
+    if a._scale_inv.numel() != 1 or b._scale_inv.numel() != 1:
+        return None
+
+    def row_major(t: Any, parts: tuple, transposed: bool) -> torch.Tensor:
+        """op(t) as a row-major matrix, from the stored copy ``parts`` (or the other one)."""
+        data, stored_transposed = _matrix(parts, True)
+        if stored_transposed == transposed:
+            return data
+        other = t._transpose if parts[3] == "rowwise" else t._data
+        if other is not None and other.dim() == 2:
+            return other
+        return transpose_fp8(data)
+
+    lhs = row_major(a, pa, ta)
+    rhs_t = row_major(b, pb, not tb)  # op(b)^T row-major == op(b) column-major
+    return torch._scaled_mm(lhs, rhs_t.t(), scale_a=a._scale_inv.reshape(()), scale_b=b._scale_inv.reshape(()),
+                            out_dtype=out_dtype)
+
+
+def _blockwise_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
+    """Native blockwise GEMM when op(a)'s blocks run along the contraction dim as 1 x 128
+    rows and op(b)^T's do too (1 x 128 rows, or 128 x 128 tiles in either orientation)."""
+    from tetrt_support.quant.kernels import gemm
+    from tetrt_support.quant.kernels.transpose import transpose_fp8
+
+    if out_dtype != torch.bfloat16:
+        return None
+    (ad, as_, _, la), (bd, bs, _, lb) = pa, pb
+    a2d, b2d = a._quantizer.block_scaling_dim == 2, b._quantizer.block_scaling_dim == 2
+    # stored row-major matrices: row-wise (rows, cols) = the tensor; column-wise = its transpose
+    a_rows_are_op = (la == "columnwise") == ta  # the stored rows are op(a)'s rows
+    bt_rows_are_stored = (lb == "columnwise") != tb  # op(b)^T == the stored matrix
+    if not a2d and a_rows_are_op and ad.is_cuda:
+        m, k = ad.shape
+        if b2d:
+            if bt_rows_are_stored:
+                b_nk, b_scale = bd, bs
+            else:  # a 128 x 128 copy transposes exactly: bytes and block scales
+                b_nk, b_scale = transpose_fp8(bd), bs.t().contiguous()
+            if gemm.blockwise_supported(m, b_nk.shape[0], k):
+                return gemm.blockwise_fp8_mm(ad, as_, b_nk, b_scale, b_two_d=True, out_dtype=out_dtype)
+        elif bt_rows_are_stored and gemm.blockwise_supported(m, bd.shape[0], k):
+            return gemm.blockwise_fp8_mm(ad, as_, bd, bs, b_two_d=False, out_dtype=out_dtype)
+    # Otherwise: FP8 times power-of-two scales is exact in bf16 (for normal results), so a
+    # bf16 GEMM of the dequantized copies differs from the reference only by accumulation.
+    if not (a._quantizer.force_pow_2_scales and b._quantizer.force_pow_2_scales):
+        return None
+    from tetrt_support.quant.kernels.dequantize import blockwise_dequantize_bf16
+
+    lhs = blockwise_dequantize_bf16(ad, as_, 128 if a2d else 1)
+    rhs = blockwise_dequantize_bf16(bd, bs, 128 if b2d else 1)
+    lhs = lhs if a_rows_are_op else lhs.t()
+    rhs = rhs if bt_rows_are_stored else rhs.t()
+    return gemm.emulated_mm(lhs, rhs, out_dtype=out_dtype)
+
+
+def _mxfp8_mm(pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
+    """Both MXFP8 copies keep the (M, K) layout: row-wise scales per 1 x 32, column-wise per 32 x 1."""
+    from tetrt_support.quant.kernels import gemm
+    from tetrt_support.quant.kernels.mxfp8 import mxfp8_dequantize_bf16
+
+    def values(parts: tuple) -> torch.Tensor:
+        data, scale, _, layout = parts
+        return mxfp8_dequantize_bf16(data, scale, *((1, 32) if layout == "rowwise" else (32, 1)))
+
+    lhs, rhs = values(pa), values(pb)
+    return gemm.emulated_mm(lhs.t() if ta else lhs, rhs if tb else rhs.t(), out_dtype=out_dtype)
+
+
+def _nvfp4_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
+    """Operands ``e2m1 * e4m3`` in bf16; ``(1 / S_a) (1 / S_b)`` after the GEMM. A column-wise
+    copy is stored transposed, and when both copies carry the same Hadamard rotation along
+    the contraction dim it cancels in the product (TE's wgrad), so it is not undone."""
+    from tetrt_support.quant.kernels import gemm
+    from tetrt_support.quant.kernels.nvfp4 import nvfp4_operand_bf16
+
+    (ad, as_, aa, la), (bd, bs, ba, lb) = pa, pb
+    if aa is None or ba is None:
+        return None
+    a_rows_are_op = (la == "columnwise") == ta
+    bt_rows_are_stored = (lb == "columnwise") != tb
+    rotated_a = la == "columnwise" and a._quantizer.with_rht
+    rotated_b = lb == "columnwise" and b._quantizer.with_rht
+    if rotated_a or rotated_b:  # the rotation cancels only between two copies rotated alike along K
+        if not (rotated_a and rotated_b and a_rows_are_op and bt_rows_are_stored
+                and a._quantizer.rht_sign_mask == b._quantizer.rht_sign_mask):
+            return None
+    lhs, rhs = nvfp4_operand_bf16(ad, as_), nvfp4_operand_bf16(bd, bs)
+    alpha = gemm.nvfp4_alpha(aa, ba)
+    return gemm.emulated_mm(lhs if a_rows_are_op else lhs.t(), rhs if bt_rows_are_stored else rhs.t(), alpha,
+                            out_dtype=out_dtype)

@@ -1,0 +1,220 @@
+"""FP8 current scaling and FP8 blockwise scaling as Triton kernels (twins of ``numerics``).
+
+Current scaling needs the whole tensor's amax before the first element can be cast, so it
+is two passes: :func:`~._common.tensor_amax_bits` (one read), then one cast pass that reads
+each (BM x BK) tile once and writes both the row-wise data and its transpose from the
+same registers; program (0, 0) also writes ``scale_inv``. Blockwise scaling needs no
+global reduction: one pass over 128 x 128 tiles computes the row-wise (1 x 128) and the
+column-wise (1 x 128 blocks of x^T) scales of the tile, or its one 128 x 128 scale, and
+writes both layouts.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tetrt_support.quant.kernels._common import (
+    FP32_MAX,
+    TL_FP8,
+    Launcher,
+    bits_to_float,
+    clamp_keep_nan,
+    fp8_cast,
+    fp8_out,
+    magnitude_bits,
+    reciprocal,
+    scale_from_amax,
+    software_casts,
+    tensor_amax_bits,
+    tile_configs,
+)
+
+
+# ----------------------------------------------------------------- current scaling
+@triton.jit
+def _current_scaling_cast_kernel(
+    x_ptr, amax_bits_ptr, data_ptr, transpose_ptr, scale_inv_ptr, M, K, stride_xm,
+    MAX_VALUE: tl.constexpr, POWER_OF_2: tl.constexpr, EPSILON: tl.constexpr,
+    ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, OUT_DTYPE: tl.constexpr,
+    SOFTWARE: tl.constexpr, E4M3: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    amax = bits_to_float(tl.load(amax_bits_ptr))
+    scale = scale_from_amax(amax, MAX_VALUE, POWER_OF_2, EPSILON, 3.4028234663852886e38)
+    if (pid_m == 0) & (pid_k == 0):
+        tl.store(scale_inv_ptr, reciprocal(scale))
+    offs_m = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
+    offs_k = (pid_k * BK + tl.arange(0, BK)).to(tl.int64)
+    mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+    q = fp8_cast(clamp_keep_nan(x * scale, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
+    if ROWWISE:
+        tl.store(data_ptr + offs_m[:, None] * K + offs_k[None, :], q, mask=mask)
+    if COLUMNWISE:
+        tl.store(transpose_ptr + offs_k[:, None] * M + offs_m[None, :], tl.trans(q), mask=tl.trans(mask))
+
+
+_CURRENT_CAST = Launcher(
+    _current_scaling_cast_kernel,
+    tile_configs([(64, 128, 4), (128, 128, 8), (64, 64, 4), (32, 128, 4)]),
+    key=["M", "K", "ROWWISE", "COLUMNWISE"], fixed={"BM": 64, "BK": 128},
+)
+
+
+def current_scaling_quantize(
+    x2d: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    *,
+    force_pow_2_scales: bool = False,
+    amax_epsilon: float = 0.0,
+    tensor_amax: torch.Tensor | None = None,
+    rowwise: bool = True,
+    columnwise: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """``(data (M, K) | None, transpose (K, M) | None, scale_inv (1,), amax (1,))``.
+
+    ``data``, ``scale_inv`` and ``amax`` are ``numerics.float8_current_scaling_quantize``'s
+    outputs bit for bit; ``transpose`` is ``data.t().contiguous()``, written in the same pass.
+    """
+    if x2d.dim() != 2 or x2d.stride(1) != 1:
+        raise ValueError(f"current_scaling_quantize: expected a 2-D row-major tensor, got shape {tuple(x2d.shape)} "
+                         f"strides {x2d.stride()}")
+    m, k = x2d.shape
+    if tensor_amax is None:
+        amax_bits = tensor_amax_bits(x2d if x2d.is_contiguous() else x2d.contiguous())
+    else:
+        amax_bits = tensor_amax.detach().float().reshape(1).contiguous().view(torch.int32)
+    dev = x2d.device
+    data = torch.empty((m, k), dtype=fp8_dtype, device=dev) if rowwise else None
+    transpose = torch.empty((k, m), dtype=fp8_dtype, device=dev) if columnwise else None
+    scale_inv = torch.empty(1, dtype=torch.float32, device=dev)
+    def grid(meta: dict[str, int]) -> tuple[int, int]:
+        return (max(1, triton.cdiv(m, meta["BM"])), max(1, triton.cdiv(k, meta["BK"])))
+
+    _CURRENT_CAST(
+        grid, x2d, amax_bits, fp8_out(data) if rowwise else scale_inv, fp8_out(transpose) if columnwise else scale_inv, scale_inv,
+        m, k, x2d.stride(0),
+        MAX_VALUE=float(torch.finfo(fp8_dtype).max), POWER_OF_2=bool(force_pow_2_scales), EPSILON=float(amax_epsilon),
+        ROWWISE=rowwise, COLUMNWISE=columnwise, OUT_DTYPE=TL_FP8[fp8_dtype], SOFTWARE=software_casts(),
+        E4M3=fp8_dtype == torch.float8_e4m3fn,
+    )
+    return data, transpose, scale_inv, amax_bits.view(torch.float32)
+
+
+# ------------------------------------------------------------------------ blockwise
+@triton.jit
+def _blockwise_kernel(
+    x_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, M, K, stride_xm,
+    stride_rs0, stride_rs1, stride_cs0, stride_cs1,
+    MAX_VALUE: tl.constexpr, POWER_OF_2: tl.constexpr, EPSILON: tl.constexpr, VALUE_FOR_INF: tl.constexpr,
+    TWO_D: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, OUT_DTYPE: tl.constexpr,
+    SOFTWARE: tl.constexpr, E4M3: tl.constexpr, B: tl.constexpr, SUB: tl.constexpr,
+):
+    """One B x B tile (B = 128), read as B / SUB slabs of SUB rows (few registers live).
+    Row-wise layout: data (M, K), scales over 1 x B (or B x B) blocks at [m, k // B] (or
+    [m // B, k // B]). Column-wise: the same recipe on x^T, data (K, M), scales at
+    [k, m // B] (or [k // B, m // B]). Pass 1 finds the amaxes (and writes the row-wise
+    1 x B layout, whose blocks lie inside one slab row); pass 2 re-reads the slabs (from
+    cache) and writes what needs the whole tile's column or tile amax."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_k = (pid_k * B + tl.arange(0, B)).to(tl.int64)
+    mask_k = offs_k < K
+    col_bits = tl.zeros((B,), dtype=tl.int32)
+    for s in tl.static_range(B // SUB):
+        offs_m = (pid_m * B + s * SUB + tl.arange(0, SUB)).to(tl.int64)
+        mask_m = offs_m < M
+        mask = mask_m[:, None] & mask_k[None, :]
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        bits = magnitude_bits(x)
+        col_bits = tl.maximum(col_bits, tl.max(bits, axis=0))
+        if ROWWISE and not TWO_D:
+            row_amax = bits_to_float(tl.max(bits, axis=1))  # (SUB,) one per row
+            row_scale = scale_from_amax(row_amax, MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+            q_row = fp8_cast(clamp_keep_nan(x * row_scale[:, None], MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
+            tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], q_row, mask=mask)
+            tl.store(row_scale_ptr + offs_m * stride_rs0 + pid_k * stride_rs1, reciprocal(row_scale), mask=mask_m)
+    if TWO_D:
+        scale = scale_from_amax(bits_to_float(tl.max(col_bits, axis=0)), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+        scale_inv = reciprocal(scale)
+        if ROWWISE:
+            tl.store(row_scale_ptr + pid_m * stride_rs0 + pid_k * stride_rs1, scale_inv)
+        if COLUMNWISE:
+            tl.store(col_scale_ptr + pid_k * stride_cs0 + pid_m * stride_cs1, scale_inv)
+        for s in tl.static_range(B // SUB):
+            offs_m = (pid_m * B + s * SUB + tl.arange(0, SUB)).to(tl.int64)
+            mask = (offs_m[:, None] < M) & mask_k[None, :]
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            q = fp8_cast(clamp_keep_nan(x * scale, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
+            if ROWWISE:
+                tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], q, mask=mask)
+            if COLUMNWISE:
+                tl.store(col_data_ptr + offs_k[:, None] * M + offs_m[None, :], tl.trans(q), mask=tl.trans(mask))
+    elif COLUMNWISE:
+        col_scale = scale_from_amax(bits_to_float(col_bits), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+        tl.store(col_scale_ptr + offs_k * stride_cs0 + pid_m * stride_cs1, reciprocal(col_scale), mask=mask_k)
+        for s in tl.static_range(B // SUB):
+            offs_m = (pid_m * B + s * SUB + tl.arange(0, SUB)).to(tl.int64)
+            mask = (offs_m[:, None] < M) & mask_k[None, :]
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            q_col = fp8_cast(clamp_keep_nan(x * col_scale[None, :], MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
+            tl.store(col_data_ptr + offs_k[:, None] * M + offs_m[None, :], tl.trans(q_col), mask=tl.trans(mask))
+
+
+BLOCK = 128
+_BLOCKWISE = Launcher(
+    _blockwise_kernel, [triton.Config({"SUB": sub}, num_warps=w) for sub, w in ((32, 4), (64, 8), (32, 8), (16, 4))],
+    key=["M", "K", "TWO_D", "ROWWISE", "COLUMNWISE"], fixed={"SUB": 32},
+)
+
+
+def blockwise_quantize(
+    x2d: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    block_scaling_dim: int,
+    *,
+    force_pow_2_scales: bool = True,
+    amax_epsilon: float = 0.0,
+    rowwise: bool = True,
+    columnwise: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``(row_data, row_scale_inv, col_data, col_scale_inv)`` of FP8 blockwise scaling.
+
+    Row-wise: ``numerics.float8_blockwise_quantize(x2d, ...)``; column-wise: the same of
+    ``x2d.t()`` (data (K, M)); blocks 1 x 128 (``block_scaling_dim=1``) or 128 x 128 (2).
+    Scales are (ceil(M/br), ceil(K/128)) row-major, as the reference returns them.
+    """
+    if block_scaling_dim not in (1, 2):
+        raise ValueError(f"blockwise_quantize: block_scaling_dim must be 1 or 2, got {block_scaling_dim}")
+    if x2d.dim() != 2 or x2d.stride(1) != 1:
+        raise ValueError(f"blockwise_quantize: expected a 2-D row-major tensor, got strides {x2d.stride()}")
+    m, k = x2d.shape
+    dev = x2d.device
+    two_d = block_scaling_dim == 2
+    cdiv = triton.cdiv
+    row_data = torch.empty((m, k), dtype=fp8_dtype, device=dev) if rowwise else None
+    row_scale = (torch.empty((cdiv(m, BLOCK) if two_d else m, cdiv(k, BLOCK)), dtype=torch.float32, device=dev)
+                 if rowwise else None)
+    col_data = torch.empty((k, m), dtype=fp8_dtype, device=dev) if columnwise else None
+    col_scale = (torch.empty((cdiv(k, BLOCK) if two_d else k, cdiv(m, BLOCK)), dtype=torch.float32, device=dev)
+                 if columnwise else None)
+    dummy = torch.empty(1, dtype=torch.float32, device=dev)
+    rs = row_scale if rowwise else dummy.view(1, 1)
+    cs = col_scale if columnwise else dummy.view(1, 1)
+    grid = (max(1, cdiv(m, BLOCK)), max(1, cdiv(k, BLOCK)))
+    if m and k:
+        _BLOCKWISE(
+            lambda meta: grid, x2d, fp8_out(row_data) if rowwise else dummy, rs, fp8_out(col_data) if columnwise else dummy, cs, m, k, x2d.stride(0),
+            rs.stride(0), rs.stride(1), cs.stride(0), cs.stride(1),
+            MAX_VALUE=float(torch.finfo(fp8_dtype).max), POWER_OF_2=bool(force_pow_2_scales),
+            EPSILON=float(amax_epsilon), VALUE_FOR_INF=float(torch.finfo(x2d.dtype).max), TWO_D=two_d,
+            ROWWISE=rowwise, COLUMNWISE=columnwise, OUT_DTYPE=TL_FP8[fp8_dtype], SOFTWARE=software_casts(),
+            E4M3=fp8_dtype == torch.float8_e4m3fn, B=BLOCK,
+        )
+    return row_data, row_scale, col_data, col_scale
+
+
+__all__ = ["FP32_MAX", "blockwise_quantize", "current_scaling_quantize"]

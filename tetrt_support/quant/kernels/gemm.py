@@ -1,0 +1,120 @@
+"""Quantized GEMMs on Hopper: native FP8 blockwise, emulated MXFP8 and NVFP4.
+
+Conventions: every function computes ``a @ b.T`` for row-major operands ``a`` (M, K) and
+``b`` (N, K), both quantized along K (the contraction dim), as the quantizers' layouts
+give them (row-wise data for the forward GEMM, the column-wise (transposed) data for the
+dgrad and wgrad GEMMs).
+
+- FP8 blockwise: ``torch.nn.functional.scaled_mm`` with ``BlockWise1x128`` scales for
+  ``a`` and ``BlockWise128x128`` (weights) or ``BlockWise1x128`` (wgrad's second operand)
+  for ``b``: cuBLASLt's DeepSeek-style GEMM, which applies the block scales inside its
+  main loop. Scale layouts it takes (read on an H200 with torch 2.11): 1 x 128 scales as
+  an (rows, K/128) view with strides (1, rows); 128 x 128 scales of ``b`` as a
+  (K/128, N/128) column-major view. ``torch._scaled_mm`` refuses block scales.
+- MXFP8 / NVFP4 have no Hopper GEMM: each operand is dequantized into bf16, which holds
+  the values exactly (MXFP8: ``fp8 * 2**e``; NVFP4: ``e2m1 * e4m3``, WITHOUT the per-tensor
+  ``1 / S``), and cuBLAS's bf16 GEMM accumulates in fp32. NVFP4's per-tensor factors
+  ``(1 / S_a) * (1 / S_b)`` multiply the fp32 product once, fused with the cast to bf16.
+  :func:`emulated_reference_mm` is the same computation in float64 (the definition the
+  fast path is checked against).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 128
+
+
+# --------------------------------------------------------------------- FP8 blockwise
+def _outer_major(scale: torch.Tensor) -> torch.Tensor:
+    """(rows, K/128) with strides (1, rows): the 1 x 128 scale layout cuBLASLt reads."""
+    return scale if scale.stride(0) == 1 else scale.t().contiguous().t()
+
+
+def blockwise_supported(m: int, n: int, k: int) -> bool:
+    """Shapes this wrapper hands to the native blockwise GEMM: every dim a multiple of 128."""
+    return m % BLOCK == 0 and n % BLOCK == 0 and k % BLOCK == 0
+
+
+def blockwise_fp8_mm(
+    a: torch.Tensor, a_scale_inv: torch.Tensor, b: torch.Tensor, b_scale_inv: torch.Tensor, *,
+    b_two_d: bool, out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` on the native FP8 blockwise GEMM.
+
+    ``a`` (M, K) FP8 with 1 x 128 scales (M, K/128); ``b`` (N, K) FP8 with 128 x 128
+    scales (N/128, K/128) (``b_two_d``) or 1 x 128 scales (N, K/128); scales as
+    ``numerics.float8_blockwise_quantize`` returns them (``scale_inv``, row-major).
+    """
+    from torch.nn.functional import ScalingType, scaled_mm
+
+    if b_two_d:
+        # (N/128, K/128) row-major, K/128 padded to a multiple of 4 (cuBLASLt's layout), as a
+        # column-major (K/128, N/128) view
+        blocks = b_scale_inv.shape[1]
+        padded = -(-blocks // 4) * 4
+        if padded != blocks or not b_scale_inv.is_contiguous():
+            grown = torch.zeros((b_scale_inv.shape[0], padded), dtype=b_scale_inv.dtype, device=b_scale_inv.device)
+            grown[:, :blocks] = b_scale_inv
+            b_scale_inv = grown
+        scale_b = b_scale_inv.t()
+    else:
+        scale_b = _outer_major(b_scale_inv)
+    return scaled_mm(
+        a, b.t(), _outer_major(a_scale_inv), ScalingType.BlockWise1x128, scale_b,
+        ScalingType.BlockWise128x128 if b_two_d else ScalingType.BlockWise1x128, output_dtype=out_dtype,
+    )
+
+
+# ------------------------------------------------------------------- emulated GEMMs
+@triton.jit
+def _scale_cast_kernel(x_ptr, alpha_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    alpha = tl.load(alpha_ptr)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, (x * alpha).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _mm_fp32(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
+    if a.is_cuda:
+        return torch.mm(a, b_t, out_dtype=torch.float32)
+    return torch.mm(a.float(), b_t.float())  # bf16 products are exact in fp32
+
+
+def emulated_mm(
+    a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor | None = None, *, out_dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """``(a @ b.T) * alpha`` of bf16 operands holding dequantized values exactly.
+
+    ``alpha`` None (MXFP8: the block scales are inside the operands): cuBLAS's bf16 GEMM
+    writes ``out_dtype`` directly. ``alpha`` a (1,) fp32 tensor (NVFP4's per-tensor
+    factors): an fp32 product, then one fused multiply-and-cast pass.
+    """
+    if alpha is None:
+        if a.is_cuda and out_dtype == torch.bfloat16:
+            return torch.mm(a, b.t())
+        return _mm_fp32(a, b.t()).to(out_dtype)
+    product = _mm_fp32(a, b.t())
+    if not product.is_cuda:
+        return (product * alpha.float()).to(out_dtype)
+    out = torch.empty(product.shape, dtype=out_dtype, device=product.device)
+    n = product.numel()
+    _scale_cast_kernel[(triton.cdiv(n, 4096),)](product, alpha.float().reshape(1), out, n, BLOCK_SIZE=4096, num_warps=8)
+    return out
+
+
+def nvfp4_alpha(amax_a: torch.Tensor, amax_b: torch.Tensor) -> torch.Tensor:
+    """``fp32((1 / S_a) * (1 / S_b))``: NVFP4's per-tensor factors, one rounding each."""
+    from tetrt_support.quant.kernels.nvfp4 import decode_global
+
+    return decode_global(amax_a) * decode_global(amax_b)
+
+
+def emulated_reference_mm(a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor | None = None) -> torch.Tensor:
+    """The definition :func:`emulated_mm` implements, in float64: ``(a @ b.T) * alpha``."""
+    product = a.double() @ b.double().t()
+    return product if alpha is None else product * alpha.double()

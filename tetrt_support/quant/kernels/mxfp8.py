@@ -1,0 +1,132 @@
+"""MXFP8 as Triton kernels: both layouts in one pass, and bf16 dequantization (twins of ``numerics``).
+
+One program reads a (BM x BK) tile once and writes the row-wise layout (1 x 32 blocks,
+scales (M, K/32)) and the column-wise layout (32 x 1 blocks over the SAME (M, K) data
+layout, scales (M/32, K)), as ``numerics.mxfp8_quantize(x, dtype, 1, 32)`` and
+``(x, dtype, 32, 1)`` return them. The dequantized values ``fp8 * 2**(e - 127)`` are
+exactly representable in bf16 (4 significant bits) unless the block scale is tiny
+(below about 2**-118, where bf16's subnormals round), so the emulated GEMM runs on bf16
+operands with no other rounding than cuBLAS's fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tetrt_support.quant.kernels._common import (
+    TL_FP8,
+    Launcher,
+    bits_to_float,
+    clamp_keep_nan,
+    fp8_cast,
+    fp8_out,
+    fp32,
+    magnitude_bits,
+    software_casts,
+    tile_configs,
+)
+
+BLOCK = 32
+
+
+@triton.jit
+def _float_to_e8m0(v):
+    """``numerics.float_to_e8m0`` on non-negative fp32 values (int32 result)."""
+    bits = v.to(tl.int32, bitcast=True)
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    round_up = (mantissa > 0) & (exponent != 0xFE) & ~((exponent == 0) & (mantissa <= 0x400000))
+    biased = exponent + round_up.to(tl.int32)
+    biased = tl.where(v == 0.0, 0, biased)
+    biased = tl.where(v == float("inf"), 0xFE, biased)
+    return tl.where(v != v, 0xFF, biased)
+
+
+@triton.jit
+def _inverse_scale(biased):
+    """1 / 2**(biased - 127) as an exact fp32 power of two (NaN for the E8M0 NaN 255)."""
+    bits = tl.where(biased == 254, 0x00400000, (254 - biased) << 23)
+    inverse = bits.to(tl.float32, bitcast=True)
+    return tl.where(biased == 255, float("nan"), inverse)
+
+
+@triton.jit
+def _mxfp8_kernel(
+    x_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, M, K, stride_xm,
+    RCP_MAX: tl.constexpr, MAX_VALUE: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr,
+    OUT_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, E4M3: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+    B: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
+    offs_k = (pid_k * BK + tl.arange(0, BK)).to(tl.int64)
+    mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+    bits = magnitude_bits(x)
+    if ROWWISE:
+        amax = bits_to_float(tl.max(tl.reshape(bits, (BM, BK // B, B)), axis=2))  # (BM, BK/B)
+        biased = _float_to_e8m0(amax * RCP_MAX)
+        inverse = _inverse_scale(biased)
+        y = tl.reshape(tl.reshape(x, (BM, BK // B, B)) * inverse[:, :, None], (BM, BK))
+        tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], fp8_cast(clamp_keep_nan(y, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3),
+                 mask=mask)
+        sk = pid_k * (BK // B) + tl.arange(0, BK // B)
+        tl.store(row_scale_ptr + offs_m[:, None] * (K // B) + sk[None, :], biased.to(tl.uint8),
+                 mask=(offs_m[:, None] < M) & (sk[None, :] < K // B))
+    if COLUMNWISE:
+        amax = bits_to_float(tl.max(tl.reshape(bits, (BM // B, B, BK)), axis=1))  # (BM/B, BK)
+        biased = _float_to_e8m0(amax * RCP_MAX)
+        inverse = _inverse_scale(biased)
+        y = tl.reshape(tl.reshape(x, (BM // B, B, BK)) * inverse[:, None, :], (BM, BK))
+        tl.store(col_data_ptr + offs_m[:, None] * K + offs_k[None, :], fp8_cast(clamp_keep_nan(y, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3),
+                 mask=mask)
+        sm = pid_m * (BM // B) + tl.arange(0, BM // B)
+        tl.store(col_scale_ptr + sm[:, None] * K + offs_k[None, :], biased.to(tl.uint8),
+                 mask=(sm[:, None] < M // B) & (offs_k[None, :] < K))
+
+
+_MXFP8 = Launcher(
+    _mxfp8_kernel,
+    tile_configs([(64, 64, 4), (64, 128, 4), (128, 128, 8), (32, 128, 4)]),
+    key=["M", "K", "ROWWISE", "COLUMNWISE"], fixed={"BM": 64, "BK": 64},
+)
+
+
+def mxfp8_quantize(
+    x2d: torch.Tensor, fp8_dtype: torch.dtype, *, rowwise: bool = True, columnwise: bool = False
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``(row_data, row_scale, col_data, col_scale)``: ``numerics.mxfp8_quantize(x2d, dtype, 1, 32)``
+    and ``numerics.mxfp8_quantize(x2d, dtype, 32, 1)`` from one read of ``x2d``.
+
+    M and K must be multiples of 32 (where the layout is asked for), as the quantizer requires.
+    """
+    if x2d.dim() != 2 or x2d.stride(1) != 1:
+        raise ValueError(f"mxfp8_quantize: expected a 2-D row-major tensor, got strides {x2d.stride()}")
+    m, k = x2d.shape
+    if (rowwise and k % BLOCK) or (columnwise and m % BLOCK):
+        raise ValueError(f"mxfp8_quantize: shape {(m, k)} is not a multiple of {BLOCK} along the blocked dim")
+    dev = x2d.device
+    row_data = torch.empty((m, k), dtype=fp8_dtype, device=dev) if rowwise else None
+    row_scale = torch.empty((m, k // BLOCK), dtype=torch.uint8, device=dev) if rowwise else None
+    col_data = torch.empty((m, k), dtype=fp8_dtype, device=dev) if columnwise else None
+    col_scale = torch.empty((m // BLOCK, k), dtype=torch.uint8, device=dev) if columnwise else None
+    dummy = torch.empty(1, dtype=torch.uint8, device=dev)
+    if m and k:
+        _MXFP8(
+            lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(k, meta["BK"])), x2d, fp8_out(row_data) if rowwise else dummy, row_scale if rowwise else dummy,
+            fp8_out(col_data) if columnwise else dummy, col_scale if columnwise else dummy, m, k, x2d.stride(0),
+            RCP_MAX=fp32(1.0 / float(torch.finfo(fp8_dtype).max)), MAX_VALUE=float(torch.finfo(fp8_dtype).max),
+            ROWWISE=rowwise, COLUMNWISE=columnwise, OUT_DTYPE=TL_FP8[fp8_dtype], SOFTWARE=software_casts(),
+            E4M3=fp8_dtype == torch.float8_e4m3fn, B=BLOCK,
+        )
+    return row_data, row_scale, col_data, col_scale
+
+
+def mxfp8_dequantize_bf16(data: torch.Tensor, scale: torch.Tensor, block_rows: int, block_cols: int) -> torch.Tensor:
+    """``numerics.mxfp8_dequantize(...)`` rounded to bf16 (exact for block scales >= 2**-118)."""
+    from tetrt_support.quant.kernels.dequantize import dequantize_bf16
+
+    return dequantize_bf16(data, scale, block_rows, block_cols, e8m0=True)

@@ -1,0 +1,80 @@
+"""MXFP8 (OCP microscaling): FP8 values with one E8M0 power-of-two scale per 32-element block.
+
+The block scale is TE's ``float_to_e8m0(amax * fp32(1 / fp8_max))``, rounded UP to a power
+of two so that no element of the block overflows, stored as a biased exponent in a uint8
+(:func:`~tetrt_support.quant.numerics.mxfp8_quantize`; torch's own ``float8_e8m0fnu``
+cast rounds to nearest and would overflow blocks). Layouts are TE's: both usages keep the
+(M, K) data layout; row-wise blocks are 1x32 with (M, K/32) scales, column-wise blocks
+32x1 with (M/32, K) scales. ``with_2d_quantization`` (TE's ``enable_2d_quantization``,
+meant for weights) uses one scale per 32x32 tile, shared by both usages. The quantized
+dimension must be a multiple of 32 (K row-wise, M column-wise), as TE requires.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tetrt_support.quant import numerics
+from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, check_block_multiple
+from tetrt_support.quant.dynamo import register_value_quantizer
+
+BLOCK = numerics.MXFP8_BLOCK
+
+
+class MXFP8Tensor(QuantizedTensor):
+    """MXFP8: FP8 data (M, K) with one E8M0 exponent (uint8, biased by 127) per block:
+    row-wise scales (M, K/32), column-wise data again (M, K) with scales (M/32, K)."""
+
+    _FLATTEN_TENSOR_BUFFERS = ("_rowwise_data", "_rowwise_scale_inv", "_columnwise_data", "_columnwise_scale_inv")
+
+
+@register_value_quantizer
+class MXFP8Quantizer(RowColumnQuantizer):
+    """MXFP8 with 1x32 (row-wise) and 32x1 (column-wise) or 32x32 (2-D) blocks; value semantics."""
+
+    tensor_class = MXFP8Tensor
+    fp8_dtype: torch.dtype
+    with_2d_quantization: bool
+
+    def __init__(
+        self,
+        fp8_dtype: torch.dtype = torch.float8_e4m3fn,
+        *,
+        rowwise_usage: bool = True,
+        columnwise_usage: bool = False,
+        internal: bool = False,
+        with_2d_quantization: bool = False,
+    ) -> None:
+        super().__init__(rowwise_usage=rowwise_usage, columnwise_usage=columnwise_usage, internal=internal)
+        if fp8_dtype not in numerics.FP8_DTYPES:
+            raise ValueError(f"MXFP8Quantizer: fp8_dtype must be one of {numerics.FP8_DTYPES}, got {fp8_dtype}")
+        self.fp8_dtype = fp8_dtype
+        self.with_2d_quantization = bool(with_2d_quantization)
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        both = self.with_2d_quantization
+        check_block_multiple(
+            type(self).__name__, shape, BLOCK, rowwise=self.rowwise_usage or both, columnwise=self.columnwise_usage or both
+        )
+
+    # Both usages quantize x itself and keep its (M, K) layout.
+    _COLUMNWISE_TRANSPOSED = False  # TE keeps MXFP8's column-wise data (M, K), scales (M/32, K)
+
+    def _block_shape(self, layout: str) -> tuple[int, int]:
+        if self.with_2d_quantization:
+            return (BLOCK, BLOCK)
+        return (1, BLOCK) if layout == "rowwise" else (BLOCK, 1)
+
+    def _quantize_layout(self, matrix: torch.Tensor, layout: str) -> dict[str, torch.Tensor]:
+        data, scale = numerics.mxfp8_quantize(matrix, self.fp8_dtype, *self._block_shape(layout))
+        if self.with_2d_quantization and layout == "columnwise":
+            scale = numerics.mxfp8_2d_columnwise_scales(scale, matrix.shape[1])
+        return {"data": data, "scale_inv": scale}
+
+    def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str) -> torch.Tensor:
+        block = (1, BLOCK) if layout == "rowwise" else (BLOCK, 1)  # the stored scale layout
+        return numerics.mxfp8_dequantize(parts["data"], parts["scale_inv"], *block)
+
+    def _describe_layout(self, rows: int, cols: int, layout: str) -> BufferSpec:
+        scale_shape = (rows, cols // BLOCK) if layout == "rowwise" else (rows // BLOCK, cols)
+        return {"data": ((rows, cols), self.fp8_dtype), "scale_inv": (scale_shape, torch.uint8)}

@@ -1,0 +1,131 @@
+"""NVFP4: E2M1 values packed two per byte, an E4M3 scale per 16-element block, an fp32 global scale.
+
+Two-level scaling as TE computes it (:func:`~tetrt_support.quant.numerics.nvfp4_quantize`):
+the per-tensor global encode scale ``S = 448 * 6 / amax`` maps the largest block scale
+onto E4M3's range; each block stores ``e4m3(block_amax * (S * (1/6)))`` and its elements
+are encoded as E2M1 of ``x * min(1 / (stored * (1/S)), FP32_MAX)``. The per-tensor amax of
+each usage is stored (``_amax_rowwise`` / ``_amax_columnwise``), S is recomputed from it.
+
+Options, named and defaulted as TE's ``NVFP4Quantizer`` (the recipe turns them on per
+tensor role, see :mod:`tetrt_support.quant.recipes`):
+
+- ``with_rht``: the 16-point random Hadamard transform ``diag(signs) @ H16 / 4`` on the
+  COLUMN-WISE operand only (the one the weight-gradient GEMM reads), applied along M to
+  x^T before its amax and quantization, rounded to the input dtype (bf16 for bf16 input);
+  ``rht_sign_mask`` holds the signs as bits (TE's fixed vector by default, 0 = no signs).
+  Only the mask is a value field; the matrix is derived state, rebuilt from it.
+- ``with_2d_quantization``: one scale per 16x16 tile (weights).
+- ``stochastic_rounding``: E2M1 rounding up with probability proportional to the distance
+  (gradients); the random numbers come from ``quantize(x, generator=g)`` or torch's
+  default generator, so a run is reproducible from its seed. TE draws its bits inside the
+  CUDA kernel, so stochastically rounded bytes are reproducible here but not TE's.
+
+The quantized dim must be a multiple of 16 (K row-wise, M column-wise), as TE requires;
+column-wise data is stored transposed, (K, M/2), as TE stores it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tetrt_support.quant import numerics
+from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, all_reduce_max, check_block_multiple
+from tetrt_support.quant.dynamo import register_value_quantizer
+
+BLOCK = numerics.NVFP4_BLOCK
+TE_RHT_SIGN_MASK = numerics.TE_RHT_SIGN_MASK
+
+
+class NVFP4Tensor(QuantizedTensor):
+    """NVFP4: E2M1 codes packed two per byte (uint8 (M, K/2); column-wise (K, M/2)), one E4M3
+    scale per 16-element block ((M, K/16); column-wise (K, M/16)) and a per-usage fp32 amax.
+    Amax buffers last, as in TE's flatten order."""
+
+    _FLATTEN_TENSOR_BUFFERS = (
+        "_rowwise_data",
+        "_rowwise_scale_inv",
+        "_columnwise_data",
+        "_columnwise_scale_inv",
+        "_amax_rowwise",
+        "_amax_columnwise",
+    )
+
+
+@register_value_quantizer
+class NVFP4Quantizer(RowColumnQuantizer):
+    """NVFP4 with 1x16 or 16x16 blocks, optional RHT (column-wise) and stochastic rounding; value semantics."""
+
+    tensor_class = NVFP4Tensor
+    with_rht: bool
+    rht_sign_mask: int
+    with_2d_quantization: bool
+    stochastic_rounding: bool
+
+    def __init__(
+        self,
+        *,
+        rowwise_usage: bool = True,
+        columnwise_usage: bool = False,
+        internal: bool = False,
+        with_rht: bool = False,
+        rht_sign_mask: int = TE_RHT_SIGN_MASK,
+        with_2d_quantization: bool = False,
+        stochastic_rounding: bool = False,
+    ) -> None:
+        super().__init__(rowwise_usage=rowwise_usage, columnwise_usage=columnwise_usage, internal=internal)
+        if not 0 <= int(rht_sign_mask) < (1 << BLOCK):
+            raise ValueError(f"NVFP4Quantizer: rht_sign_mask must fit in {BLOCK} bits, got {rht_sign_mask}")
+        self.with_rht = bool(with_rht)
+        self.rht_sign_mask = int(rht_sign_mask)
+        self.with_2d_quantization = bool(with_2d_quantization)
+        self.stochastic_rounding = bool(stochastic_rounding)
+        self._rebuild_derived_state()
+
+    def _rebuild_derived_state(self) -> None:
+        """The Hadamard matrix is derived from the mask: rebuilt, never copied or keyed."""
+        self._derived_rht_matrix = numerics.random_hadamard_matrix(self.rht_sign_mask, BLOCK) if self.with_rht else None
+
+    @property
+    def rht_matrix(self) -> torch.Tensor | None:
+        return self._derived_rht_matrix
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        check_block_multiple(type(self).__name__, shape, BLOCK, rowwise=self.rowwise_usage, columnwise=self.columnwise_usage)
+
+    def _layout_matrix(self, x2d: torch.Tensor, layout: str) -> torch.Tensor:
+        if layout == "rowwise":
+            return x2d
+        x_t = x2d.t().contiguous()
+        if not self.with_rht:
+            return x_t
+        return numerics.apply_hadamard(x_t, numerics.random_hadamard_matrix(self.rht_sign_mask, device=x_t.device))
+
+    def _quantize_layout(
+        self, matrix: torch.Tensor, layout: str, *, generator: torch.Generator | None = None, amax_reduction_group: Any = None
+    ) -> dict[str, torch.Tensor]:
+        del layout
+        amax = numerics.amax(matrix).reshape(1)
+        if amax_reduction_group is not None:  # TE's with_amax_reduction: one global scale across ranks
+            amax = all_reduce_max(amax, amax_reduction_group)
+        uniform = None
+        if self.stochastic_rounding:
+            uniform = torch.rand(matrix.shape, generator=generator, device=matrix.device, dtype=torch.float32)
+        data, scale = numerics.nvfp4_quantize(matrix, amax, BLOCK if self.with_2d_quantization else 1, uniform=uniform)
+        return {"data": data, "scale_inv": scale, "amax": amax}
+
+    def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str) -> torch.Tensor:
+        values = numerics.nvfp4_dequantize(parts["data"], parts["scale_inv"], parts["amax"])
+        if layout == "columnwise" and self.with_rht:
+            matrix = numerics.random_hadamard_matrix(self.rht_sign_mask, device=values.device)
+            values = numerics.apply_hadamard(values, matrix.t())
+        return values
+
+    def _describe_layout(self, rows: int, cols: int, layout: str) -> BufferSpec:
+        del layout
+        return {
+            "data": ((rows, cols // 2), torch.uint8),
+            "scale_inv": ((rows, cols // BLOCK), torch.float8_e4m3fn),
+            "amax": ((1,), torch.float32),
+        }

@@ -1,0 +1,190 @@
+"""Tables and claims from the stored benchmark results, for notebooks 01 and 05.
+
+Every claim is computed here from one file, as a ratio of two figures of the same run:
+absolute times on shared machines are not comparable between runs. Files are read by
+:func:`tetrt_support.report.results.load`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tetrt_support.report.results import is_smoke_run
+from tetrt_support.report.tables import Table
+
+__all__ = [
+    "FP8_LINEAR_TARGET",
+    "ROPE_TARGET",
+    "attention_table",
+    "bandwidth_series",
+    "linear_claims",
+    "linear_table",
+    "lowering_claims",
+    "lowering_curves",
+    "machine_line",
+    "rope_claims",
+    "rope_table",
+    "target_claims",
+    "tflops_series",
+]
+
+# The performance targets, stated as ratios within one run on an H200.
+ROPE_TARGET = 0.97  # lowered RoPE compiled, fraction of a clone's bandwidth
+FP8_LINEAR_TARGET = 0.70  # FP8 current-scaling Linear forward, fraction of raw _scaled_mm
+
+_SMOKE = "SMOKE RUN (--quick: small sizes, few repeats; not figures to quote)"
+
+
+def machine_line(result: Mapping[str, Any]) -> str:
+    """Where and with what a file was measured, in one line."""
+    m = result["machine"]
+    where = m.get("gpu") or f"{m['processor']} CPU, {m['cpu_count']} cores, {m['torch_threads']} torch threads"
+    extras = [f"torch {m['torch']}"] + [f"{k} {m[k]}" for k in ("triton", "transformers") if k in m]
+    load = m.get("load_average_at_start")
+    if load and not m.get("gpu"):
+        extras.append(f"load average {load[0]:.1f} at start")
+    line = f"{where}; {', '.join(extras)}; measured {m['when_utc']}"
+    return f"{_SMOKE}: {line}" if is_smoke_run(result) else line
+
+
+def _variants(result: Mapping[str, Any], suite: str) -> dict[str, Any]:
+    section = result["suites"].get(suite)
+    if section is None or "error" in section:
+        raise KeyError(f"suite {suite!r} is missing or failed in this file: {section}")
+    return section["variants"] if "variants" in section else section["cases"]
+
+
+def rope_table(result: Mapping[str, Any]) -> Table:
+    """RoPE variants: time, bandwidth, fraction of a clone of the same bytes."""
+    rows = []
+    for name, v in _variants(result, "rope").items():
+        if "median_s" in v:
+            rows.append((name, f"{1e3 * v['median_s']:.3f}", f"{v['bandwidth_GBps']:.0f}", f"{v['fraction_of_clone_bandwidth']:.3f}"))
+        else:
+            rows.append((name, "failed", v.get("error", "?")[:60], ""))
+    shape = result["suites"]["rope"]["shape_q_k"]
+    return Table(rows, ("variant", "ms", "GB/s", "of clone"), title=f"q, k of shape {shape}, float32")
+
+
+def attention_table(result: Mapping[str, Any]) -> Table:
+    """The RoPE attention block: time per variant, relative to the complex original."""
+    rows = [(n, f"{1e3 * v['median_s']:.3f}", f"{v['relative_to_complex_eager']:.3f}") for n, v in _variants(result, "rope_attention").items() if "median_s" in v]
+    s = result["suites"]["rope_attention"]
+    title = f"attention block: batch {s['batch']}, seq {s['seq']}, hidden {s['hidden']}, {s.get('heads', '?')} heads, float32"
+    return Table(rows, ("variant", "ms", "x complex eager"), title=title)
+
+
+def linear_table(result: Mapping[str, Any]) -> Table:
+    """The quantized Linear cases: time, throughput, error against bf16."""
+    rows = []
+    for name, v in _variants(result, "linear").items():
+        if "median_s" in v:
+            err = v.get("relative_error_vs_bf16")
+            rows.append((name, f"{1e3 * v['median_s']:.3f}", _figure(v["TFLOPs"]), "" if err is None else f"{err:.4f}"))
+    m, n, k = result["suites"]["linear"]["m_n_k"]
+    return Table(rows, ("case", "ms", "TFLOP/s", "rel. err vs bf16"), title=f"m=n=k: {m}x{n}x{k}, bf16 input")
+
+
+def _figure(value: float) -> str:
+    return f"{value:.1f}" if value >= 1 else f"{value:.3g}"
+
+
+def bandwidth_series(result: Mapping[str, Any]) -> tuple[list[str], list[float]]:
+    """(variant names, fraction of clone bandwidth) for a bar plot."""
+    pairs = [(n, v["fraction_of_clone_bandwidth"]) for n, v in _variants(result, "rope").items() if "fraction_of_clone_bandwidth" in v]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def tflops_series(result: Mapping[str, Any]) -> tuple[list[str], list[float]]:
+    """(case names, TFLOP/s) for a bar plot."""
+    pairs = [(n, v["TFLOPs"]) for n, v in _variants(result, "linear").items() if "TFLOPs" in v]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _verdict(result: Mapping[str, Any], value: float, target: float) -> str:
+    # The targets were set for the H200; a CPU file gets the same figures without verdicts.
+    if not result["machine"].get("gpu"):
+        return ""
+    return f" (target >= {target}): {'met' if value >= target else 'NOT met'}"
+
+
+def rope_claims(result: Mapping[str, Any]) -> list[str]:
+    """RoPE bandwidth fractions, the target verdicts, and the run's own noise yardstick."""
+    frac = {n: v["fraction_of_clone_bandwidth"] for n, v in _variants(result, "rope").items() if "fraction_of_clone_bandwidth" in v}
+    lines = [f"RoPE {name}: {frac[name]:.3f} of clone bandwidth{_verdict(result, frac[name], ROPE_TARGET)}"
+             for name in sorted(n for n in frac if n.startswith("lowered_") and "compiled" in n)]
+    for name in ("complex_eager", "complex_compiled", "real_handwritten_compiled", "real_handwritten_compiled_one_graph"):
+        if name in frac:
+            lines.append(f"RoPE {name}: {frac[name]:.3f} of clone bandwidth")
+    hand = [frac[n] for n in ("real_handwritten_compiled", "real_handwritten_compiled_one_graph") if n in frac]
+    if len(hand) == 2:
+        lines.append("noise yardstick: the two hand-written variants (same arithmetic; q and k in two graphs or one) "
+                     f"differ by {abs(hand[0] - hand[1]):.3f}")
+    return lines
+
+
+def linear_claims(result: Mapping[str, Any]) -> list[str]:
+    """The FP8 Linear target and the headline throughput ratios."""
+    ratios = result["suites"].get("linear", {}).get("ratios", {})
+    lines = []
+    r = ratios.get("fp8_current_forward_over_scaled_mm")
+    if r is not None:
+        lines.append(f"FP8 current-scaling Linear forward: {r:.3f} of raw torch._scaled_mm throughput, "
+                     f"quantization included{_verdict(result, r, FP8_LINEAR_TARGET)}")
+    for key in ("fp8_current_forward_cached_weight_over_scaled_mm", "fp8_scaled_mm_over_bf16",
+                "fp8_current_forward_backward_over_bf16", "mxfp8_forward_over_bf16", "nvfp4_forward_over_bf16"):
+        if key in ratios:
+            lines.append(f"{key}: {ratios[key]:.3f}")
+    return lines
+
+
+def target_claims(result: Mapping[str, Any]) -> list[str]:
+    """Every claim of one perf file: :func:`rope_claims` then :func:`linear_claims`."""
+    lines = rope_claims(result) + linear_claims(result)
+    return [_SMOKE, *lines] if is_smoke_run(result) else lines
+
+
+# --------------------------------------------------------------------------------------
+# The lowering benchmark (benchmarks/lowering.py)
+# --------------------------------------------------------------------------------------
+
+
+def lowering_curves(results: Mapping[str, Any]) -> dict[str, tuple[list[int], list[float]]]:
+    """Per strategy: the layer counts and median lowering seconds it has measurements for."""
+    curves: dict[str, tuple[list[int], list[float]]] = {}
+    for row in results["lowering_time"]["rows"]:
+        for name, entry in row["strategies"].items():
+            if "median_s" in entry:
+                layers, seconds = curves.setdefault(name, ([], []))
+                layers.append(row["layers"])
+                seconds.append(entry["median_s"])
+    return curves
+
+
+def lowering_claims(results: Mapping[str, Any]) -> list[str]:
+    """Stable one-line statements about a stored lowering run (for notebook output).
+
+    Raw seconds vary run to run; these lines only change when the stored file does.
+    """
+    low = results["lowering_time"]
+    curves = lowering_curves(results)
+    m = results["machine"]
+    lines = [_SMOKE] if is_smoke_run(results) else []
+    lines.append(f"measured on {m['platform']}, torch {m['torch']}, {m['cpu_count']} CPUs")
+    for name, fit in low["linear_fit"].items():
+        lines.append(f"{name}: {1e3 * fit['seconds_per_layer']:.1f} ms per layer, linear fit R^2 = {fit['r2']:.3f}")
+    if "rewrite" in curves and "retrace" in curves:
+        faster = all(a < b for a, b in zip(curves["rewrite"][1], curves["retrace"][1]))
+        lines.append(f"rewrite faster than retrace at every size: {faster}")
+    for r in low["rewrite_over_decompose"]:
+        lines.append(f"{r['layers']:>2} layers: rewrite / decompose_complex_in_graph = {r['rewrite_over_decompose']:.2f}")
+    lines.append(f"target ({low['target']}) met: {low['target_met']}")
+    for row in low["rows"]:
+        errors = [f"{k}: {e['error']}" for k, e in row["strategies"].items() if "error" in e]
+        lines += [f"{row['layers']} layers, failed: {e}" for e in errors]
+    rope = results["rope_runtime_cpu"]
+    for name, r in rope["variants"].items():
+        if "median_s" in r:
+            lines.append(f"RoPE {rope['shape_q_k']} {name}: {r['relative_to_complex_eager']:.2f}x complex eager time")
+    return lines

@@ -1,0 +1,63 @@
+"""The one reader of ``benchmarks/results/*.json``.
+
+Notebooks never measure: they read the files that ``python -m benchmarks.perf`` wrote, so
+a replay shows the same numbers until someone re-measures. Every file names the benchmark
+that wrote it (``"benchmark"``), and each benchmark's file has the sections listed in
+:data:`SECTIONS`; :func:`load` checks both and says which command writes a missing file.
+A smoke run (``--quick``) is marked ``"smoke_run": true``; its figures are for checking the
+machinery, not for quoting.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["RESULTS_DIR", "SECTIONS", "is_smoke_run", "load"]
+
+RESULTS_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+# benchmark -> the top-level sections its results file must have
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "perf": ("machine", "suites"),
+    "lowering": ("machine", "lowering_time", "rope_runtime_cpu"),
+    "fake_impls": ("machine", "versions", "config", "code_lines", "summary", "rows"),
+    "train_step": ("machine", "suites"),
+    "loss_study": ("machine", "setup", "recipes"),
+    "gpu_check": ("torch", "gpu", "bit_identity"),
+    "hf_sweep": ("command", "versions", "tolerance", "rows"),
+}
+
+_COMMANDS = {
+    "perf": "python -m benchmarks.perf --device cpu|cuda --suites rope,attention,linear",
+    "lowering": "python -m benchmarks.perf --suites lowering",
+    "fake_impls": "python -m benchmarks.perf --suites fake_impls",
+    "train_step": "python -m benchmarks.perf --device cuda --suites train_step",
+    "loss_study": "python -m benchmarks.loss_study   (CUDA)",
+    "gpu_check": "python scripts/gpu_check.py   (CUDA)",
+    "hf_sweep": "python scripts/sweep_hf.py",
+}
+
+
+def load(path: str | pathlib.Path, benchmark: str) -> dict[str, Any]:
+    """The results file at ``path``, checked to be one that ``benchmark`` wrote."""
+    if benchmark not in SECTIONS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; results files are written by {sorted(SECTIONS)}")
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `{_COMMANDS[benchmark]}` to write it")
+    result = json.loads(path.read_text())
+    written_by = result.get("benchmark") if isinstance(result, dict) else None
+    if written_by != benchmark:
+        raise ValueError(f"{path} was written by benchmark {written_by!r}, not {benchmark!r} (its 'benchmark' field)")
+    missing = [key for key in SECTIONS[benchmark] if key not in result]
+    if missing:
+        raise ValueError(f"{path} lacks {missing}: not a complete {benchmark!r} results file")
+    return result
+
+
+def is_smoke_run(result: Mapping[str, Any]) -> bool:
+    """Whether the file comes from a ``--quick`` smoke run (small sizes, few repeats)."""
+    return bool(result.get("smoke_run", False))

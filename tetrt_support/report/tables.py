@@ -1,0 +1,180 @@
+"""Tables for notebooks and terminals: one object, an HTML view and a plain-text twin.
+
+A :class:`Table` displayed in Jupyter renders as an HTML table (``_repr_html_``) and
+stores its plain-text twin as ``text/plain`` (``__repr__``); ``print(table)`` writes the
+twin. Both are deterministic, so a notebook's stored outputs compare under nbval.
+
+A table wider than a page is cut into column blocks that each repeat the key columns
+(``Table(..., width=100)``), or turned on its side with :meth:`Table.transposed`.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["Table", "format_cell", "format_table"]
+
+_GAP = "  "
+
+
+def format_cell(value: Any) -> str:
+    """A cell's text: floats to 3 significant digits, collections joined by commas."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
+
+
+_NUMERAL = re.compile(r"[-+]?(\d[\d,]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?[x%]?")
+
+
+def _is_number(value: Any) -> bool:
+    """Numbers, and numbers already formatted as text ("0.958", "4124", "1.2x"): right-aligned in HTML."""
+    if isinstance(value, str):
+        return _NUMERAL.fullmatch(value.strip()) is not None
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Table:
+    """Rows under headers, with an optional title.
+
+    ``width`` (characters) cuts a wide table into blocks of columns, each block repeating
+    the first ``key_columns`` columns; ``None`` keeps one block however wide it is.
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[Sequence[Any]],
+        headers: Sequence[Any],
+        *,
+        title: str | None = None,
+        width: int | None = None,
+        key_columns: int = 1,
+    ) -> None:
+        self.headers = tuple(str(h) for h in headers)
+        self.rows = tuple(r if isinstance(r, tuple) else tuple(r) for r in rows)  # NamedTuple rows stay
+        bad = next((r for r in self.rows if len(r) != len(self.headers)), None)
+        if bad is not None:
+            raise ValueError(f"row {bad!r} has {len(bad)} cells but there are {len(self.headers)} headers")
+        if width is not None and width < 1:
+            raise ValueError(f"width must be a positive number of characters, got {width}")
+        if not 0 <= key_columns <= len(self.headers):
+            raise ValueError(f"key_columns must be in 0..{len(self.headers)}, got {key_columns}")
+        self.title = title
+        self.width = width
+        self.key_columns = key_columns
+
+    @classmethod
+    def from_records(cls, records: Sequence[Mapping[str, Any]], **options: Any) -> Table:
+        """One row per mapping; the headers are the first record's keys, in order."""
+        if not records:
+            raise ValueError("from_records needs at least one record to take the headers from")
+        headers = list(records[0])
+        for i, record in enumerate(records):
+            if list(record) != headers:
+                raise ValueError(f"record {i} has keys {list(record)}, expected {headers}")
+        return cls([[record[h] for h in headers] for record in records], headers, **options)
+
+    # -- reshaping -----------------------------------------------------------------------
+
+    def transposed(self, corner: str | None = None) -> Table:
+        """Headers become the first column and each row a column, headed by its first cell."""
+        if not self.headers:
+            return self
+        headers = [corner if corner is not None else self.headers[0], *(format_cell(r[0]) for r in self.rows)]
+        rows = [(h, *(r[i] for r in self.rows)) for i, h in enumerate(self.headers) if i]
+        return Table(rows, headers, title=self.title, width=self.width, key_columns=min(1, len(headers)))
+
+    def with_width(self, width: int | None, key_columns: int | None = None) -> Table:
+        """The same table, cut into column blocks of at most ``width`` characters."""
+        keys = self.key_columns if key_columns is None else key_columns
+        return Table(self.rows, self.headers, title=self.title, width=width, key_columns=keys)
+
+    def head(self, n: int) -> Table:
+        """The first ``n`` rows."""
+        return Table(self.rows[:n], self.headers, title=self.title, width=self.width, key_columns=self.key_columns)
+
+    def column(self, header: str) -> list[Any]:
+        """The values of one column."""
+        try:
+            i = self.headers.index(header)
+        except ValueError:
+            raise KeyError(f"no column {header!r}; columns are {list(self.headers)}") from None
+        return [r[i] for r in self.rows]
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def _cells(self) -> list[list[str]]:
+        return [list(self.headers)] + [[format_cell(c) for c in r] for r in self.rows]
+
+    def blocks(self) -> list[list[int]]:
+        """The column indices of each block (key columns first in every block)."""
+        n = len(self.headers)
+        if self.width is None or n == 0:
+            return [list(range(n))]
+        cells = self._cells()
+        widths = [max(len(row[i]) for row in cells) for i in range(n)]
+        keys = list(range(self.key_columns))
+        base = sum(widths[i] for i in keys) + len(_GAP) * len(keys)
+        blocks: list[list[int]] = []
+        current: list[int] = []
+        used = base
+        for i in range(self.key_columns, n):
+            extra = widths[i] + (len(_GAP) if current else 0)
+            if current and used + extra > self.width:
+                blocks.append(keys + current)
+                current, used = [], base
+                extra = widths[i]
+            current.append(i)
+            used += extra
+        if current or not blocks:
+            blocks.append(keys + current)
+        return blocks
+
+    def text(self) -> str:
+        """The plain-text twin: aligned columns under a dashed rule, blocks one after another."""
+        cells = self._cells()
+        parts = [self.title] if self.title else []
+        for block in self.blocks():
+            widths = [max(len(row[i]) for row in cells) for i in block]
+            lines = [_GAP.join(row[i].ljust(w) for i, w in zip(block, widths)).rstrip() for row in cells]
+            lines.insert(1, _GAP.join("-" * w for w in widths))
+            parts.append("\n".join(lines))
+        return "\n\n".join(parts) if len(self.blocks()) > 1 else "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:  # Jupyter's text/plain: the twin, not an object address
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        out = []
+        blocks = self.blocks()
+        for n, block in enumerate(blocks):
+            caption = f"<caption>{html.escape(self.title)}</caption>" if self.title and n == 0 else ""
+            head = "".join(f"<th>{html.escape(self.headers[i])}</th>" for i in block)
+            body = "".join(
+                "<tr>" + "".join(
+                    f'<td style="text-align:{"right" if _is_number(r[i]) else "left"}">{html.escape(format_cell(r[i]))}</td>'
+                    for i in block) + "</tr>"
+                for r in self.rows
+            )
+            out.append(f'<table class="tetrt-table">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+        return "\n".join(out)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Table):
+            return NotImplemented
+        return (self.headers, self.rows, self.title) == (other.headers, other.rows, other.title)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking value: compare, do not hash
+
+
+def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[Any]) -> str:
+    """The plain-text twin of ``Table(rows, headers)`` (for ``print`` and for logs)."""
+    return Table(rows, headers).text()

@@ -1,0 +1,435 @@
+"""Rotary-embedding models, shared by the notebooks, the tests and the benchmarks.
+
+Every entry is tiny, deterministic given a seed, and exports with
+``torch.export.export(..., strict=False)``. Together they cover the shapes in which complex
+numbers reach an exported ATen graph:
+
+- :class:`ComplexRoPE`: Llama-style rotary embedding. ``freqs_cis`` is built once with
+  ``torch.polar`` and stored as a non-persistent complex64 buffer (it becomes a complex
+  entry of ``ep.constants``); forward slices it to the sequence length, then runs
+  ``view_as_complex`` -> complex ``mul`` -> ``view_as_real``.
+- :class:`ComplexRoPEPolar`: the same rotation, with the frequencies computed in forward, so
+  ``aten.polar`` itself appears in the graph.
+- :class:`ComplexRoPEAttention`: an attention block taking a keyword input, with complex RoPE
+  on q and k, ``scaled_dot_product_attention`` and an output projection.
+- :class:`RotateHalfRoPE`: Llama 1-3 / HF style rotate-half RoPE with real cos/sin: the same
+  rotation without a single complex value (the contrast).
+- :func:`tiny_llama4`: Hugging Face transformers' Llama 4 text model from a tiny
+  ``Llama4TextConfig`` with random weights (nothing is downloaded); its rotary embedding is
+  complex (``torch.polar`` + ``view_as_complex``) and it returns a ``ModelOutput``.
+
+:func:`export_model` exports any entry by name, optionally with dynamic batch and sequence
+dimensions, and returns the program together with the example inputs it was traced with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "ZOO",
+    "ComplexRoPE",
+    "ComplexRoPEAttention",
+    "ComplexRoPEPolar",
+    "RotateHalfRoPE",
+    "ZooEntry",
+    "ZooExport",
+    "apply_complex_rope",
+    "apply_rotate_half_rope",
+    "build_model",
+    "example_inputs",
+    "export_llama4",
+    "export_model",
+    "half_to_interleaved",
+    "interleaved_to_half",
+    "llama4_config",
+    "llama4_example_inputs",
+    "precompute_freqs_cis",
+    "rope_inverse_frequencies",
+    "rotate_half",
+    "tiny_llama4",
+]
+
+# Default sizes: small enough for a notebook on two shared cores, big enough to have
+# several heads and several frequency pairs.
+HEADS = 4
+HEAD_DIM = 16
+HIDDEN = HEADS * HEAD_DIM
+MAX_SEQ = 64
+THETA = 10000.0
+
+
+# --------------------------------------------------------------------------------------
+# RoPE math
+# --------------------------------------------------------------------------------------
+
+
+def rope_inverse_frequencies(dim: int, theta: float = THETA) -> torch.Tensor:
+    """``theta ** (-2i / dim)`` for ``i < dim // 2``: one rotation speed per pair of features."""
+    if dim % 2:
+        raise ValueError(f"rotary dim must be even (features are rotated in pairs), got dim={dim}")
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32)[: dim // 2] / dim))
+
+
+def precompute_freqs_cis(dim: int, end: int, theta: float = THETA) -> torch.Tensor:
+    """Llama's ``freqs_cis``: ``exp(i * pos * inv_freq)`` as complex64 of shape ``[end, dim // 2]``.
+
+    Row ``p`` holds the unit complex numbers that rotate each feature pair at position ``p``.
+    """
+    positions = torch.arange(end, dtype=torch.float32)
+    angles = torch.outer(positions, rope_inverse_frequencies(dim, theta))
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def apply_complex_rope(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved feature pairs ``(x[2i], x[2i+1])`` of ``x[batch, seq, heads, dim]``.
+
+    The pair is read as the complex number ``x[2i] + i x[2i+1]`` and multiplied by
+    ``freqs_cis[seq, i]``; this is the exact op sequence of Meta's Llama reference code.
+    """
+    x_c = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    rotated = torch.view_as_real(x_c * freqs_cis[None, :, None, :]).flatten(3)
+    return rotated.type_as(x)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """HF's ``rotate_half``: ``[x1, x2] -> [-x2, x1]`` on the two halves of the last dim."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotate_half_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate half-split feature pairs ``(x[i], x[i + dim/2])`` of ``x[batch, seq, heads, dim]``.
+
+    ``cos``/``sin`` are ``[seq, dim]`` (each frequency repeated for both halves), as in HF Llama.
+    """
+    return x * cos[None, :, None, :] + rotate_half(x) * sin[None, :, None, :]
+
+
+def interleaved_to_half(x: torch.Tensor) -> torch.Tensor:
+    """Permute the last dim from pairs ``(0,1),(2,3),...`` to halves ``[0,2,4,... | 1,3,5,...]``.
+
+    This is the layout change that turns a Meta (complex, interleaved) checkpoint into an HF
+    (rotate-half) one; under it the two RoPE formulations are the same rotation.
+    """
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+
+
+def half_to_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`interleaved_to_half`."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.stack((first, second), dim=-1).flatten(-2)
+
+
+# --------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------
+
+
+class ComplexRoPE(nn.Module):
+    """Llama-style complex RoPE on ``q, k`` of shape ``[batch, seq, heads, head_dim]``.
+
+    ``freqs_cis`` is a non-persistent complex64 buffer (not in ``state_dict``; a complex
+    constant of the exported program), sliced to the sequence length in forward.
+    """
+
+    def __init__(self, head_dim: int = HEAD_DIM, max_seq_len: int = MAX_SEQ, theta: float = THETA) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.register_buffer("freqs_cis", precompute_freqs_cis(head_dim, max_seq_len, theta), persistent=False)
+
+    def forward(self, xq: torch.Tensor, xk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs_cis = self.freqs_cis[: xq.shape[1]]
+        return apply_complex_rope(xq, freqs_cis), apply_complex_rope(xk, freqs_cis)
+
+
+class ComplexRoPEPolar(nn.Module):
+    """Complex RoPE whose ``freqs_cis`` is computed in forward: ``aten.polar`` is in the graph.
+
+    This is how HF's Llama 4 builds it (``Llama4TextRotaryEmbedding``); only a real
+    ``inv_freq`` buffer is stored.
+    """
+
+    def __init__(self, head_dim: int = HEAD_DIM, theta: float = THETA) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.register_buffer("inv_freq", rope_inverse_frequencies(head_dim, theta), persistent=False)
+
+    def forward(self, xq: torch.Tensor, xk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(xq.shape[1], dtype=torch.float32, device=xq.device)
+        angles = positions[:, None] * self.inv_freq[None, :]
+        freqs_cis = torch.polar(torch.ones_like(angles), angles)
+        return apply_complex_rope(xq, freqs_cis), apply_complex_rope(xk, freqs_cis)
+
+
+class RotateHalfRoPE(nn.Module):
+    """HF Llama 1-3 style RoPE: real ``cos``/``sin`` buffers and ``rotate_half``; no complex values.
+
+    With the same frequencies it equals :class:`ComplexRoPE` up to the
+    :func:`interleaved_to_half` permutation of the head dim.
+    """
+
+    def __init__(self, head_dim: int = HEAD_DIM, max_seq_len: int = MAX_SEQ, theta: float = THETA) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), rope_inverse_frequencies(head_dim, theta))
+        emb = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+    def forward(self, xq: torch.Tensor, xk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = xq.shape[1]
+        cos, sin = self.cos_cached[:seq], self.sin_cached[:seq]
+        return apply_rotate_half_rope(xq, cos, sin), apply_rotate_half_rope(xk, cos, sin)
+
+
+class ComplexRoPEAttention(nn.Module):
+    """Self-attention with complex RoPE on q and k, called with a keyword-only mask.
+
+    ``forward(hidden_states, *, attention_mask=None)``: ``hidden_states`` is
+    ``[batch, seq, hidden]``; ``attention_mask`` (bool ``[batch, 1, seq, seq]``, True = attend)
+    replaces the default causal mask when given. The keyword-only input is the point: a
+    compiled module must still accept it by name.
+    """
+
+    def __init__(self, hidden: int = HIDDEN, heads: int = HEADS, max_seq_len: int = MAX_SEQ, theta: float = THETA) -> None:
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.rope = ComplexRoPE(self.head_dim, max_seq_len, theta)
+
+    def forward(self, hidden_states: torch.Tensor, *, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch, seq, _ = hidden_states.shape
+        shape = (batch, seq, self.heads, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape)
+        k = self.k_proj(hidden_states).view(shape)
+        v = self.v_proj(hidden_states).view(shape)
+        q, k = self.rope(q, k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if attention_mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+# --------------------------------------------------------------------------------------
+# Hugging Face Llama 4 (text), tiny and random
+# --------------------------------------------------------------------------------------
+
+
+def _llama4_classes() -> tuple[Any, Any]:
+    """``(Llama4TextConfig, Llama4ForCausalLM)``, imported on first use (transformers is slow to import).
+
+    transformers imports ``tqdm.auto``, which warns "IProgress not found" in a Jupyter
+    kernel without ipywidgets; that warning says nothing about the model and would land in
+    a notebook's (compared) stderr, so it is silenced for this one import.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import Llama4ForCausalLM, Llama4TextConfig
+    return Llama4TextConfig, Llama4ForCausalLM
+
+
+def llama4_config(num_layers: int = 2, *, with_moe: bool = False, attn_implementation: str = "sdpa") -> Any:
+    """A tiny ``Llama4TextConfig``: hidden 64, 4 heads (2 KV heads) of dim 16, vocab 128.
+
+    Every fourth layer is a no-RoPE layer, as in the real model (``no_rope_layer_interval=4``).
+    ``with_moe=False`` makes every layer a dense MLP (``moe_layers=[]``); ``with_moe=True``
+    makes every layer a 2-expert top-1 mixture of experts with a shared expert.
+    """
+    Llama4TextConfig, _ = _llama4_classes()
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    return Llama4TextConfig(
+        vocab_size=128,
+        hidden_size=HIDDEN,
+        intermediate_size=64,  # expert size
+        intermediate_size_mlp=128,  # dense MLP size
+        num_hidden_layers=num_layers,
+        num_attention_heads=HEADS,
+        num_key_value_heads=2,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=256,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=1,
+        moe_layers=None if with_moe else [],
+        attention_chunk_size=64,
+        use_cache=False,  # no DynamicCache object in the exported signature
+        attn_implementation=attn_implementation,
+    )
+
+
+def tiny_llama4(num_layers: int = 2, with_moe: bool = False, seed: int = 0, attn_implementation: str = "sdpa") -> nn.Module:
+    """HF ``Llama4ForCausalLM`` from :func:`llama4_config`, random weights from ``seed``, eval mode.
+
+    Builds in milliseconds and downloads nothing. ``sdpa`` and ``eager`` attention both export
+    (with dynamic batch and sequence); ``sdpa`` is the default.
+    """
+    _, Llama4ForCausalLM = _llama4_classes()
+    config = llama4_config(num_layers, with_moe=with_moe, attn_implementation=attn_implementation)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Llama4ForCausalLM(config)
+    return model.eval()
+
+
+def llama4_example_inputs(model: nn.Module, batch: int = 2, seq: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """``{"input_ids": LongTensor[batch, seq]}`` drawn from the model's vocabulary."""
+    generator = torch.Generator().manual_seed(seed)
+    return {"input_ids": torch.randint(0, model.config.vocab_size, (batch, seq), generator=generator)}
+
+
+class ZooExport(NamedTuple):
+    """An exported zoo model and the example inputs it was exported with."""
+
+    program: torch.export.ExportedProgram
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _dims(dynamic: bool, max_batch: int = 16, max_seq: int = MAX_SEQ) -> tuple[Any, Any] | None:
+    if not dynamic:
+        return None
+    from torch.export import Dim
+
+    # min=2 on the sequence keeps export from specialising on a 1-token sequence.
+    return Dim("batch", min=1, max=max_batch), Dim("seq", min=2, max=max_seq)
+
+
+def export_llama4(model: nn.Module, batch: int = 2, seq: int = 8, dynamic: bool = False, seed: int = 0) -> ZooExport:
+    """Export a (tiny) Llama 4 with ``torch.export.export(strict=False)``, called as ``input_ids=...``."""
+    kwargs = llama4_example_inputs(model, batch, seq, seed)
+    dims = _dims(dynamic, max_seq=model.config.max_position_embeddings)
+    shapes = None if dims is None else {"input_ids": {0: dims[0], 1: dims[1]}}
+    program = torch.export.export(model, (), kwargs, dynamic_shapes=shapes, strict=False)
+    return ZooExport(program, (), kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooEntry:
+    """How to build one zoo model, make its inputs, and mark their dynamic dims."""
+
+    name: str
+    description: str
+    build: Callable[[int], nn.Module]  # seed -> model in eval mode
+    inputs: Callable[[nn.Module, int, int, int], tuple[tuple[Any, ...], dict[str, Any]]]  # (model, batch, seq, seed)
+    dynamic_shapes: Callable[[Any, Any], Any]  # (batch Dim, seq Dim) -> dynamic_shapes spec
+    has_complex: bool
+
+
+def _seeded(factory: Callable[[], nn.Module]) -> Callable[[int], nn.Module]:
+    def build(seed: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return factory().eval()
+
+    return build
+
+
+def _qk_inputs(model: nn.Module, batch: int, seq: int, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, seq, HEADS, model.head_dim)
+    return (torch.randn(shape, generator=g), torch.randn(shape, generator=g)), {}
+
+
+def _attention_inputs(model: nn.Module, batch: int, seq: int, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, seq, model.heads * model.head_dim, generator=g)
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril().expand(batch, 1, seq, seq).contiguous()
+    return (hidden,), {"attention_mask": mask}
+
+
+def _llama4_inputs(model: nn.Module, batch: int, seq: int, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (), llama4_example_inputs(model, batch, seq, seed)
+
+
+def _qk_dynamic(b: Any, s: Any) -> Any:
+    return ({0: b, 1: s}, {0: b, 1: s})
+
+
+ZOO: dict[str, ZooEntry] = {
+    e.name: e
+    for e in (
+        ZooEntry("complex_rope", "Llama-style RoPE, complex64 freqs_cis buffer", _seeded(ComplexRoPE), _qk_inputs, _qk_dynamic, True),
+        ZooEntry("complex_rope_polar", "complex RoPE, freqs built with torch.polar in forward", _seeded(ComplexRoPEPolar), _qk_inputs, _qk_dynamic, True),
+        ZooEntry(
+            "rope_attention",
+            "attention block with complex RoPE, keyword attention_mask",
+            _seeded(ComplexRoPEAttention),
+            _attention_inputs,
+            lambda b, s: {"hidden_states": {0: b, 1: s}, "attention_mask": {0: b, 2: s, 3: s}},
+            True,
+        ),
+        ZooEntry("rotate_half_rope", "HF rotate-half RoPE, real cos/sin (no complex values)", _seeded(RotateHalfRoPE), _qk_inputs, _qk_dynamic, False),
+        ZooEntry("llama4", "HF Llama4ForCausalLM, tiny config, 2 dense layers", lambda seed: tiny_llama4(2, False, seed), _llama4_inputs, lambda b, s: {"input_ids": {0: b, 1: s}}, True),
+        ZooEntry("llama4_moe", "HF Llama4ForCausalLM, tiny config, 2 MoE layers", lambda seed: tiny_llama4(2, True, seed), _llama4_inputs, lambda b, s: {"input_ids": {0: b, 1: s}}, True),
+    )
+}
+
+
+def _entry(name: str) -> ZooEntry:
+    try:
+        return ZOO[name]
+    except KeyError:
+        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(ZOO)}") from None
+
+
+def build_model(name: str, seed: int = 0) -> nn.Module:
+    """The zoo model ``name`` with weights drawn from ``seed``, in eval mode."""
+    return _entry(name).build(seed)
+
+
+def example_inputs(name: str, model: nn.Module, batch: int = 2, seq: int = 8, seed: int = 0) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Positional and keyword example inputs for ``model`` (built from zoo entry ``name``)."""
+    entry = _entry(name)
+    if seq < 1 or batch < 1:
+        raise ValueError(f"batch and seq must be >= 1, got batch={batch}, seq={seq}")
+    return entry.inputs(model, batch, seq, seed)
+
+
+def export_model(
+    name: str,
+    *,
+    model: nn.Module | None = None,
+    batch: int = 2,
+    seq: int = 8,
+    dynamic: bool = False,
+    seed: int = 0,
+) -> ZooExport:
+    """Export zoo model ``name`` with ``torch.export.export(strict=False)``.
+
+    ``dynamic=True`` marks the batch and sequence dims of every input dynamic
+    (``Dim("batch", 1..16)``, ``Dim("seq", 2..64)``). Pass ``model`` to export an instance you
+    already hold (e.g. to compare with it in eager); otherwise one is built from ``seed``.
+    """
+    entry = _entry(name)
+    model = entry.build(seed) if model is None else model
+    args, kwargs = example_inputs(name, model, batch, seq, seed)
+    dims = _dims(dynamic)
+    if dims is not None and not 2 <= seq <= MAX_SEQ:
+        raise ValueError(f"dynamic export needs 2 <= seq <= {MAX_SEQ}, got seq={seq}")
+    shapes = None if dims is None else entry.dynamic_shapes(*dims)
+    program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+    return ZooExport(program, args, kwargs)
