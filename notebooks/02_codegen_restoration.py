@@ -23,7 +23,7 @@ from tetrt_support import compile as tetrt_compile
 from tetrt_support import optional, zoo
 from tetrt_support.history import BEFORE_FIX, EVERY_COMPLEX_OUTPUT, FINAL, FLATTEN_FIX, compile_as, retrace
 from tetrt_support.history import Eig, OutputModel, output_mismatch, signature_matrix
-from tetrt_support.report import format_table
+from tetrt_support.report import Table
 from tetrt_support.report.compare import max_abs_error
 
 print("torch", torch.__version__.split("+")[0])
@@ -189,7 +189,7 @@ print("eig outputs:", [t.dtype for t in final_eig(x=square)],
 # %%
 policies = [BEFORE_FIX, FLATTEN_FIX, EVERY_COMPLEX_OUTPUT, FINAL]
 headers = ["case", "before the fix", "flatten fix", "getitem fix, no dtype check", "final"]
-print(format_table(signature_matrix(policies), headers))
+Table(signature_matrix(policies), headers, width=110)
 
 # %% [markdown]
 # ## 9. Llama 4 on ONNX Runtime, called by keyword

@@ -38,6 +38,20 @@ from tetrt_support.compiler.partition import BLOCK_OPS_KEY, FALLBACK_PREFIX, blo
 from tetrt_support.compiler.functionalize import writes_in_place
 from tetrt_support.compiler.settings import CompilationSettings, op_qualified_name
 
+
+def replace_tensor_attribute(owner: torch.nn.Module, field: str, value: torch.Tensor) -> None:
+    """Put ``value`` where ``owner.field`` is, as the same kind of attribute (a Parameter
+    keeps its ``requires_grad``, a buffer stays a buffer), without writing into the old
+    tensor: that one may be shared with the caller's program."""
+    old = getattr(owner, field)
+    if isinstance(old, torch.nn.Parameter):
+        owner._parameters[field] = torch.nn.Parameter(value, requires_grad=old.requires_grad)
+    elif field in owner._buffers:
+        owner._buffers[field] = value
+    else:
+        setattr(owner, field, value)
+
+
 __all__ = [
     "ENGINES_THAT_BAKE_WEIGHTS",
     "BlockBuildError",
@@ -177,13 +191,7 @@ def _truncated_to_float32(block: fx.GraphModule) -> fx.GraphModule:
             if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
                 *path, field = str(node.target).split(".")
                 owner = twin.get_submodule(".".join(path)) if path else twin
-                cast = value.detach().to(torch.float32)
-                if isinstance(value, torch.nn.Parameter):
-                    owner._parameters[field] = torch.nn.Parameter(cast, requires_grad=value.requires_grad)
-                elif field in owner._buffers:
-                    owner._buffers[field] = cast
-                else:
-                    setattr(owner, field, cast)
+                replace_tensor_attribute(owner, field, value.detach().to(torch.float32))
         if node.kwargs.get("dtype") is torch.float64:
             node.kwargs = {**node.kwargs, "dtype": torch.float32}
         node.args = tuple(torch.float32 if a is torch.float64 else a for a in node.args)

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tetrt_support.compiler.configured_engine import Float64AsFloat32, WeightsAsInputs
+from tetrt_support.compiler.configured_engine import Float64AsFloat32, WeightsAsInputs, replace_tensor_attribute
 from tetrt_support.compiler.partition import block_kind
 
 __all__ = [
@@ -142,16 +142,6 @@ def _packed_like(name: str, value: torch.Tensor, current: torch.Tensor, truncate
     return value.clone()
 
 
-def _replace(owner: torch.nn.Module, field: str, value: torch.Tensor) -> None:
-    old = getattr(owner, field)
-    if isinstance(old, torch.nn.Parameter):
-        owner._parameters[field] = torch.nn.Parameter(value, requires_grad=old.requires_grad)
-    elif field in owner._buffers:
-        owner._buffers[field] = value
-    else:
-        setattr(owner, field, value)
-
-
 def _owner(root: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
     *path, field = name.split(".")
     return (root.get_submodule(".".join(path)) if path else root), field
@@ -182,7 +172,7 @@ def _refit_block(name: str, block: torch.nn.Module, expected: list[str], weights
         current = getattr(owner, field)
         if not isinstance(current, torch.Tensor):
             continue
-        _replace(owner, field, _packed_like(weight, weights[weight], current, truncated))
+        replace_tensor_attribute(owner, field, _packed_like(weight, weights[weight], current, truncated))
         reached.add(weight)
     missing = [w for w in expected if w in weights and w not in reached]  # left-out buffers keep their values
     if missing:
@@ -220,5 +210,5 @@ def refit_module_weights(
                 owner, field = _owner(target, weight)
                 current = getattr(owner, field)
                 if isinstance(current, torch.Tensor):
-                    _replace(owner, field, _packed_like(weight, weights[weight], current, False))
+                    replace_tensor_attribute(owner, field, _packed_like(weight, weights[weight], current, False))
     return target
