@@ -30,7 +30,8 @@ def tensors(
     """Real tensors of ``shape`` and ``dtype`` (float32 or float64), drawn element by element."""
     if dtype not in _NUMPY:
         raise ValueError(f"tensors() draws float32 or float64, got {dtype}")
-    return hnp.arrays(_NUMPY[dtype], shape, elements=elements or finite_floats(dtype)).map(torch.from_numpy)
+    elements = finite_floats(dtype) if elements is None else elements
+    return hnp.arrays(_NUMPY[dtype], shape, elements=elements).map(torch.from_numpy)
 
 
 def complex_tensors(

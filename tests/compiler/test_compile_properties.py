@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import tetrt_support
 from tests.assertions import assert_same_outputs
+from tests.strategies import complex_tensors, examples, finite_floats, tensors
 
 # A structure is a leaf name ("z": the complex product, "r": it packed real, "m": its
 # magnitude, "x" / "y": an input returned as is) or a tuple / list / dict of structures.
@@ -44,14 +45,17 @@ class Structured(torch.nn.Module):
         return self._build(self.structure, {"z": z, "r": torch.view_as_real(z) * 2, "m": z.abs(), "x": x, "y": y})
 
 
-@settings(max_examples=12)
-@given(structure=STRUCTURES, strategy=st.sampled_from(["rewrite", "retrace"]))
-def test_any_output_structure_survives_compile(structure: Any, strategy: str) -> None:
-    x, y = torch.randn(2, 3, dtype=torch.complex64), torch.randn(2, 3, 2)
+INPUTS = st.tuples(complex_tensors((2, 3), bound=2.0), tensors((2, 3, 2), elements=finite_floats(bound=2.0)))
+
+
+@settings(max_examples=examples(12))
+@given(structure=STRUCTURES, strategy=st.sampled_from(["rewrite", "retrace"]), example=INPUTS, fresh=INPUTS)
+def test_any_output_structure_survives_compile(structure: Any, strategy: str, example: tuple, fresh: tuple) -> None:
+    x, y = example
     model = Structured(structure)
     ep = torch.export.export(model, (x, y), strict=False)
     module = tetrt_support.compile(ep, backend="eager", strategy=strategy)
-    x2, y2 = torch.randn(2, 3, dtype=torch.complex64), torch.randn(2, 3, 2)
+    x2, y2 = fresh
     assert_same_outputs(model(x2, y2), module(y=y2, x=x2))
     computes = bool({"z", "r", "m"} & set(pytree.tree_leaves(structure)))
     expected_blocks = "1 engine block" if computes else "0 engine blocks"
