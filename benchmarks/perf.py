@@ -1,7 +1,7 @@
 """The one benchmark entry point: every suite, every results file.
 
     python -m benchmarks.perf --device cpu                 # every CPU suite, full sizes
-    python -m benchmarks.perf --device cuda                # rope, attention, linear, train_step on the GPU
+    python -m benchmarks.perf --device cuda                # rope, attention, linear, train_step, loss_study on the GPU
     python -m benchmarks.perf --suites lowering            # one suite
     python -m benchmarks.perf --suites rope --quick        # a smoke run
 
@@ -17,8 +17,15 @@ Suites, and the file each writes under ``benchmarks/results/``:
   versus make_empty_traceable;
 - ``train_step`` (:mod:`benchmarks.train_step`, CUDA only) -> ``train_step_cuda.json``: one
   quantized Linear's compiled training step per recipe against bf16 and torchao's float8
-  (the ``bench`` extra), and the FP8 forward against raw ``torch._scaled_mm``. The script
-  itself (``python -m benchmarks.train_step``) also times CUDA-graph mode and profiles.
+  (the ``bench`` extra), and the FP8 forward against raw ``torch._scaled_mm``; ``--modes
+  default,reduce-overhead`` adds CUDA-graph mode, ``--profile DIR`` kernel and host profiles,
+  ``--reference-too`` the reference quantizers;
+- ``loss_study`` (:mod:`benchmarks.loss_study`, either device) -> ``loss_curves_<device>.json``:
+  a small transformer trained with bf16 and every recipe, the loss of every step. Runs by
+  default on cuda only; on a CPU (a smaller model, a few minutes) name it.
+
+    python -m benchmarks.perf --device cuda --suites train_step --rounds 5 --modes default,reduce-overhead
+    python -m benchmarks.perf --device cpu --suites loss_study
 
 A file holds the suites of this run only (figures of two runs are not comparable), with the
 machine, versions, shapes and timing protocol. ``--quick`` is a smoke run: small sizes, few
@@ -34,6 +41,7 @@ import os
 import pathlib
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-perf-inductor-"))
@@ -46,13 +54,14 @@ from tetrt_support.report.timing import Stopwatch  # noqa: E402
 
 # suite -> the results file it belongs to ({device} is filled in)
 FILES = {"rope": "perf_{device}", "attention": "perf_{device}", "linear": "perf_{device}",
-         "lowering": "lowering", "fake_impls": "fake_impls", "train_step": "train_step_{device}"}
+         "lowering": "lowering", "fake_impls": "fake_impls", "train_step": "train_step_{device}",
+         "loss_study": "loss_curves_{device}"}
 BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impls": "fake_impls",
-                     "train_step_{device}": "train_step"}
+                     "train_step_{device}": "train_step", "loss_curves_{device}": "loss_study"}
 HOST_SUITES = ("lowering", "fake_impls")  # measure host (CPU) work: --device cpu only
 CUDA_SUITES = ("train_step",)  # measure GPU kernels: --device cuda only
 DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls"),
-                  "cuda": ("rope", "attention", "linear", "train_step")}
+                  "cuda": ("rope", "attention", "linear", "train_step", "loss_study")}
 
 SIZES = {  # (device, quick) -> sizes of the device suites
     ("cpu", False): {"rope": [2, 512, 8, 64], "attention": (2, 256, 256, 4), "linear": (256, 512, 512)},
@@ -61,11 +70,16 @@ SIZES = {  # (device, quick) -> sizes of the device suites
     ("cuda", True): {"rope": [2, 1024, 8, 64], "attention": (2, 512, 512, 8), "linear": (1024, 1024, 1024)},
 }
 
+LINEAR_RECIPES = ("fp8_current", "mxfp8", "nvfp4")  # the linear suite's default cases
+
 SMOKE_LABEL = "SMOKE RUN (--quick: small sizes, few repeats; not figures to quote)"
 
 
-def run_suite(suite: str, device: str, quick: bool, iters: int, recipes: list[str]) -> dict[str, Any]:
-    """One suite's section: a dict to put under ``suites`` (perf files) or at the top level."""
+def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """One suite's section: a dict to put under ``suites`` (perf files) or at the top level.
+
+    ``write`` stores a partial section (a long suite saves what it has after each size)."""
+    device, quick, recipes = args.device, args.quick, args.recipes
     sizes = SIZES[(device, quick)]
     if suite == "rope":
         from benchmarks.rope import bench_rope
@@ -78,7 +92,7 @@ def run_suite(suite: str, device: str, quick: bool, iters: int, recipes: list[st
     if suite == "linear":
         from benchmarks.linear import bench_linear
 
-        return {"linear": bench_linear(device, *sizes["linear"], iters=iters, recipes=recipes)}
+        return {"linear": bench_linear(device, *sizes["linear"], iters=iters, recipes=recipes or list(LINEAR_RECIPES))}
     if suite == "lowering":
         from benchmarks import lowering
 
@@ -90,7 +104,13 @@ def run_suite(suite: str, device: str, quick: bool, iters: int, recipes: list[st
     if suite == "train_step":
         from benchmarks import train_step
 
-        return train_step.run(quick)
+        return train_step.run(quick, sizes=args.sizes, variants=recipes, rounds=args.rounds, modes=args.modes,
+                              profile_dir=args.profile, profile_variants=args.profile_variant,
+                              reference_too=args.reference_too, write=write)
+    if suite == "loss_study":
+        from benchmarks import loss_study
+
+        return loss_study.run(device, quick, recipes=recipes, steps=args.steps)
     raise ValueError(f"unknown suite {suite!r}; valid: {', '.join(FILES)}")
 
 
@@ -112,9 +132,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "(default: every suite of the device)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few iterations, written to results/smoke/")
     parser.add_argument("--iters", type=int, default=None, help="calls per timed variant of rope, attention, linear")
-    parser.add_argument("--recipes", default="fp8_current,mxfp8,nvfp4")
+    parser.add_argument("--recipes", default=None, help="comma-separated recipes of linear and loss_study, variants of "
+                        "train_step (bf16 and torchao_float8_tensorwise included); default: each suite's own")
     parser.add_argument("--out-dir", type=pathlib.Path, default=None, help="write the files here instead")
+    training = parser.add_argument_group("train_step and loss_study")
+    training.add_argument("--sizes", default=None, help="train_step sizes TxKxN, comma-separated")
+    training.add_argument("--rounds", type=int, default=None, help="train_step: round-robin rounds (samples) per variant")
+    training.add_argument("--modes", default="default", help="train_step: torch.compile modes, comma-separated "
+                          "(default, reduce-overhead = CUDA graphs)")
+    training.add_argument("--profile", type=pathlib.Path, default=None, help="train_step: write kernel and host profiles here")
+    training.add_argument("--profile-variant", default="fp8_current",
+                          help="train_step: comma-separated VARIANT or VARIANT@TxKxN to profile (default size: the first)")
+    training.add_argument("--reference-too", action="store_true",
+                          help="train_step: also time the recipes with TETRT_QUANT_KERNELS=0 (reference quantizers)")
+    training.add_argument("--steps", type=int, default=None, help="loss_study: training steps per recipe")
     args = parser.parse_args(argv)
+    split = lambda text: [v.strip() for v in text.split(",") if v.strip()] if text else None  # noqa: E731
+    args.recipes, args.sizes, args.modes = split(args.recipes), split(args.sizes), split(args.modes)
+    args.profile_variant = split(args.profile_variant)
     args.suites = [s.strip() for s in args.suites.split(",") if s.strip()] if args.suites else list(DEFAULT_SUITES[args.device])
     unknown = [s for s in args.suites if s not in FILES]
     if unknown:
@@ -141,19 +176,25 @@ def main(argv: list[str] | None = None) -> None:
         name = FILES[suite].format(device=args.device)
         benchmark = BENCHMARK_OF_FILE[FILES[suite]]
         result = files.setdefault(name, {"benchmark": benchmark, "smoke_run": args.quick, "machine": record.machine(args.device)})
+        path = record.results_path(name, smoke=args.quick, out_dir=args.out_dir)
+        indent = 1 if benchmark in ("fake_impls", "train_step", "loss_study") else 2
+
+        def store(section: dict[str, Any], result: dict[str, Any] = result, benchmark: str = benchmark,
+                  path: pathlib.Path = path, indent: int = indent) -> None:
+            result["machine"].update(section.pop("machine", {}))  # a suite may add what it saw at its end
+            if benchmark == "perf":
+                result.setdefault("suites", {}).update(section)
+            else:
+                result.update(section)
+            record.write(path, result, indent=indent)
+
         with Stopwatch() as wall:
             try:
-                section = run_suite(suite, args.device, args.quick, iters, args.recipes.split(","))
+                section = run_suite(suite, args, iters, lambda partial: store(dict(partial)))
             except Exception as e:  # noqa: BLE001 - one failing suite must not lose the others' results
                 section = {suite: record.error_record(e)}
-        result["machine"].update(section.pop("machine", {}))  # a suite may add what it saw at its end
-        if benchmark == "perf":
-            result.setdefault("suites", {}).update(section)
-        else:
-            result.update(section)
         result["machine"]["benchmark_wall_s"] = result["machine"].get("benchmark_wall_s", 0.0) + wall.wall_s
-        path = record.results_path(name, smoke=args.quick, out_dir=args.out_dir)
-        record.write(path, result, indent=1 if benchmark == "fake_impls" else 2)
+        store(section)
     for name, result in files.items():
         path = record.results_path(name, smoke=args.quick, out_dir=args.out_dir)
         print(f"wrote {path}" + (f"  [{SMOKE_LABEL}]" if args.quick else ""))
@@ -167,6 +208,10 @@ def main(argv: list[str] | None = None) -> None:
             from benchmarks.train_step import summary as train_step_summary
 
             print(json.dumps(train_step_summary(result), indent=1))
+        elif result["benchmark"] == "loss_study" and "recipes" in result:
+            from benchmarks.loss_study import summary as loss_study_summary
+
+            print(json.dumps(loss_study_summary(result), indent=1))
         elif result["benchmark"] == "fake_impls" and "summary" in result:
             print(json.dumps({"code_lines": result["code_lines"], "summary": result["summary"]}, indent=1))
 

@@ -1,30 +1,28 @@
-#!/usr/bin/env python3
 """Training-step benchmark of quantized Linears on a GPU, against bf16 and torchao.
 
-    python -m benchmarks.train_step                       # -> benchmarks/results/train_step_cuda.json
-    python -m benchmarks.train_step --sizes 8192x4096x4096 --variants bf16,fp8_current --profile prof/
+    python -m benchmarks.perf --device cuda --suites train_step     # -> benchmarks/results/train_step_cuda.json
+    python -m benchmarks.perf --device cuda --suites train_step --sizes 8192x4096x4096 \
+        --recipes bf16,fp8_current --modes default,reduce-overhead --profile prof/
 
-One step: ``y = layer(x); y.backward(dy)`` for one Linear without bias, bf16 weight and
-activations, the layer ``torch.compile``d (inductor), gradients reset to None before each
-step. Variants: ``bf16`` (``torch.nn.Linear``), ``torchao_float8_tensorwise`` (torchao's
-float8 training, tensorwise recipe; benchmark-only, from the optional ``bench`` extra) and
-this project's recipes (``fp8_current``, ``fp8_block``, ``mxfp8``, ``nvfp4``; MXFP8 and
-NVFP4 emulated on Hopper). Sizes ``TxKxN``: T tokens, K in-features, N out-features. All
-variants of a size are timed round-robin in one process (:mod:`tetrt_support.report.timing`),
-so the ratios to bf16 are side by side; a sample is 10 back-to-back steps between CUDA
-events.
+(``python -m benchmarks.train_step ARGS`` is the same command.) One step: ``y = layer(x);
+y.backward(dy)`` for one Linear without bias, bf16 weight and activations, the layer
+``torch.compile``d (inductor), gradients reset to None before each step. Variants: ``bf16``
+(``torch.nn.Linear``), ``torchao_float8_tensorwise`` (torchao's float8 training, tensorwise
+recipe; benchmark-only, from the optional ``bench`` extra) and this project's recipes
+(``fp8_current``, ``fp8_block``, ``mxfp8``, ``nvfp4``; MXFP8 and NVFP4 emulated on Hopper).
+Sizes ``TxKxN``: T tokens, K in-features, N out-features. All variants of a size are timed
+round-robin in one process (:mod:`tetrt_support.report.timing`), so the ratios to bf16 are
+side by side; a sample is 10 back-to-back steps between CUDA events.
 
 Also: the FP8 forward against raw ``torch._scaled_mm`` on already-quantized operands
-(``--forward-size``, default 8192^3; with and without a cached weight), an optional
-profile of one variant (``--profile DIR``: the top kernels by GPU time and the host time
-per step), and the quantize-path switch ``TETRT_QUANT_KERNELS=0`` (reference quantizers)
+(8192^3; with and without a cached weight), an optional profile (``--profile DIR``: the top
+kernels by GPU time and the host time per step of each ``--profile-variant``, and a cProfile
+of the first), and the quantize-path switch ``TETRT_QUANT_KERNELS=0`` (reference quantizers)
 for a before/after in one run (``--reference-too``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import pathlib
 import sys
@@ -42,28 +40,18 @@ import torch._dynamo  # noqa: E402
 # Linears of the four recipes share one ``forward`` code object: each is one cache entry.
 torch._dynamo.config.recompile_limit = 64
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
 DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES)
 DEFAULT_SIZES = ("8192x4096x4096", "16384x8192x8192")
 
 
-def machine() -> dict[str, Any]:
-    try:
-        from benchmarks.record import machine as record
-
-        info = record("cuda")
-    except Exception as e:  # noqa: BLE001 - the record helper is optional here
-        info = {"torch": torch.__version__, "record_error": f"{type(e).__name__}: {e}"}
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
+def machine_extras() -> dict[str, Any]:
+    """What this suite adds to the machine record: torchao's version, when it is installed."""
     try:
         import torchao
-
-        info["torchao"] = torchao.__version__
     except ImportError:
-        pass
-    return info
+        return {}
+    return {"torchao": torchao.__version__}
 
 
 def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.Module:
@@ -266,91 +254,73 @@ def profile(variant: str, size: str, directory: pathlib.Path) -> dict[str, Any]:
             "kernels": kernels[:25], "host_ms_per_step": host_ms_per_step(step)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=",".join(DEFAULT_SIZES))
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--forward-size", type=int, default=8192, help="0 skips the forward-vs-_scaled_mm suite")
-    parser.add_argument("--profile", type=pathlib.Path, default=None, help="directory for the profile of --profile-variant")
-    parser.add_argument("--profile-variant", default="fp8_current",
-                        help="comma-separated VARIANT or VARIANT@TxKxN (default size: the first of --sizes)")
-    parser.add_argument("--modes", default="default",
-                        help="comma-separated torch.compile modes: default, reduce-overhead (CUDA graphs)")
-    parser.add_argument("--reference-too", action="store_true",
-                        help="also time this project's recipes with TETRT_QUANT_KERNELS=0 (reference quantizers)")
-    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "train_step_cuda.json")
-    args = parser.parse_args()
+QUICK_SIZES = ("2048x1024x1024",)
+STEP = "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor"
+
+
+def run(quick: bool = False, *, sizes: list[str] | None = None, variants: list[str] | None = None,
+        rounds: int | None = None, modes: list[str] | None = None, profile_dir: pathlib.Path | None = None,
+        profile_variants: list[str] | None = None, reference_too: bool = False, forward_size: int | None = None,
+        write: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The ``train_step`` suite of ``python -m benchmarks.perf`` (a CUDA device needed).
+
+    Returns ``{"machine": {...}, "suites": {...}}``: ``train_step`` (default compile mode) and
+    ``train_step_<mode>`` per other mode, each ``{"step", "sizes": {TxKxN: bench_size(...)}}``;
+    ``train_step_reference_quantizers`` with ``reference_too``; ``forward_vs_scaled_mm``;
+    ``profiles`` with ``profile_dir``. ``write`` gets the partial result after each size.
+    """
     if not torch.cuda.is_available():
-        sys.exit("benchmarks.train_step: needs a CUDA device")
-    started = time.perf_counter()
-    result: dict[str, Any] = {"benchmark": "train_step", "machine": machine(), "suites": {}}
-    variants = [v for v in args.variants.split(",") if v]
-    sizes = [s for s in args.sizes.split(",") if s]
+        raise RuntimeError("the train_step suite needs a CUDA device")
+    sizes = sizes or list(QUICK_SIZES if quick else DEFAULT_SIZES)
+    variants = variants or list(DEFAULT_VARIANTS)
+    rounds = rounds or (3 if quick else 10)
+    forward_size = forward_size if forward_size is not None else (1024 if quick else 8192)
+    result: dict[str, Any] = {"machine": machine_extras(), "suites": {}}
 
     def save() -> None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        if write is not None:
+            write(result)
 
-    steps: dict[str, Any] = {"step": "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor",
-                             "sizes": {}}
-    result["suites"]["train_step"] = steps
-    modes = [m for m in args.modes.split(",") if m]
-    for mode in modes:
-        section = steps if mode == "default" else result["suites"].setdefault(
-            f"train_step_{mode}", {"step": steps["step"] + f", mode={mode!r}", "sizes": {}})
+    for mode in modes or ["default"]:
+        suite = "train_step" if mode == "default" else f"train_step_{mode}"
+        section = result["suites"][suite] = {"step": STEP if mode == "default" else f"{STEP}, mode={mode!r}", "sizes": {}}
         for size in sizes:
-            section["sizes"][size] = bench_size(size, variants, args.rounds, mode)
+            section["sizes"][size] = bench_size(size, variants, rounds, mode)
             save()
             print(mode, size, {v: round(e.get("speedup_vs_bf16", float("nan")), 3)
                                for v, e in section["sizes"][size]["variants"].items()}, flush=True)
-    if args.reference_too:
+    if reference_too:
+        before = os.environ.get("TETRT_QUANT_KERNELS")
         os.environ["TETRT_QUANT_KERNELS"] = "0"
-        ref: dict[str, Any] = {}
-        for size in sizes:
-            ref[size] = bench_size(size, ["bf16", *[v for v in variants if v in RECIPES]], max(3, args.rounds // 3))
-        result["suites"]["train_step_reference_quantizers"] = ref
-        os.environ["TETRT_QUANT_KERNELS"] = "1"
+        try:
+            result["suites"]["train_step_reference_quantizers"] = {
+                size: bench_size(size, ["bf16", *[v for v in variants if v in RECIPES]], max(3, rounds // 3)) for size in sizes}
+        finally:
+            if before is None:
+                del os.environ["TETRT_QUANT_KERNELS"]
+            else:
+                os.environ["TETRT_QUANT_KERNELS"] = before
         save()
-    if args.forward_size:
-        result["suites"]["forward_vs_scaled_mm"] = bench_forward(args.forward_size, args.rounds)
+    if forward_size:
+        result["suites"]["forward_vs_scaled_mm"] = bench_forward(forward_size, rounds)
         save()
-    if args.profile is not None:
+    if profile_dir is not None:
         profiles = result["suites"]["profiles"] = {}
-        for item in [p for p in args.profile_variant.split(",") if p]:
+        for i, item in enumerate(profile_variants or ["fp8_current"]):
             variant, _, size = item.partition("@")
             size = size or sizes[0]
             try:
-                profiles[f"{variant}@{size}"] = profile(variant, size, args.profile)
-            except Exception as e:  # noqa: BLE001
+                profiles[f"{variant}@{size}"] = profile(variant, size, profile_dir)
+            except Exception as e:  # noqa: BLE001 - one failed profile must not lose the timings
                 profiles[f"{variant}@{size}"] = {"error": f"{type(e).__name__}: {e}"}
-            if item == args.profile_variant.split(",")[0]:
+            if i == 0:
                 try:
-                    host_profile(variant, size, args.profile)
+                    host_profile(variant, size, profile_dir)
                 except Exception as e:  # noqa: BLE001
                     result["suites"]["host_profile_error"] = f"{type(e).__name__}: {e}"
             torch._dynamo.reset()
-    result["machine"]["benchmark_wall_s"] = time.perf_counter() - started
-    save()
-    print(f"wrote {args.out}")
-    print(json.dumps(summary(result), indent=1))
-
-
-QUICK_SIZES = ("2048x1024x1024",)
-
-
-def run(quick: bool = False) -> dict[str, Any]:
-    """The default suites for ``python -m benchmarks.perf --suites train_step`` (a CUDA device
-    needed): ``{"suites": {...}}``, the same sections as this script's results file."""
-    if not torch.cuda.is_available():
-        raise RuntimeError("the train_step suite needs a CUDA device")
-    sizes = QUICK_SIZES if quick else DEFAULT_SIZES
-    rounds = 3 if quick else 10
-    suites: dict[str, Any] = {"train_step": {
-        "step": "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor",
-        "sizes": {size: bench_size(size, list(DEFAULT_VARIANTS), rounds) for size in sizes}}}
-    suites["forward_vs_scaled_mm"] = bench_forward(1024 if quick else 8192, rounds)
-    return {"suites": suites}
+        save()
+    return result
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -382,6 +352,13 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         for r in prof["kernels"][:14]:
             s[f"profile {key}: {r['name'][:60]}"] = f"{r['us_per_step']:.1f} us x{r['calls_per_step']:.0f}"
     return s
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.train_step ARGS`` = ``python -m benchmarks.perf --device cuda --suites train_step ARGS``."""
+    from benchmarks import perf
+
+    perf.main(["--device", "cuda", "--suites", "train_step", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

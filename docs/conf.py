@@ -29,6 +29,9 @@ suppress_warnings = ["toc.empty_glob", "misc.highlighting_failure"]
 # The stored outputs are the content: never re-execute a notebook while building.
 nb_execution_mode = "off"
 nb_merge_streams = True
+# Stored errors are short (type, message, one frame): shown as plain text, since the
+# traceback lexer would colour English words of a long message as Python keywords.
+nb_render_error_lexer = "text"
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 

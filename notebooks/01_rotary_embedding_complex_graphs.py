@@ -220,7 +220,7 @@ for r in llama_reports:
 half_model = zoo.build_model("rotate_half_rope")
 half_ep, _, _ = zoo.export_model("rotate_half_rope", model=half_model)
 print("complex nodes in the rotate-half graph:", len(graphs.complex_node_table(half_ep).rows))
-print("ops:", dict(sorted(graphs.op_histogram(half_ep).items())))
+display(graphs.histogram_table({"count in the rotate-half graph": graphs.op_histogram(half_ep)}))
 q, k = rope_args
 with torch.no_grad():
     half_q, half_k = half_model(zoo.interleaved_to_half(q), zoo.interleaved_to_half(k))

@@ -15,7 +15,7 @@
 # table is the compiler this project ships, `tetrt_support.compile`.
 
 # %%
-from tetrt_support.notebook import setup; setup()
+from tetrt_support.notebook import setup, wrap_lines; setup()
 
 import torch
 
@@ -42,7 +42,7 @@ print("TensorRT was not run here: engine blocks run in ONNX Runtime (CPU) or eag
 x, y = OutputModel.inputs("real")
 model = OutputModel("dataclass", "real")
 ep = torch.export.export(model, (x, y), strict=False)
-print(ep.module().code.strip())
+print(*wrap_lines(ep.module().code.strip()), sep="\n")
 
 # %% [markdown]
 # ## 2. Failure 1: a naive `make_fx` retrace takes positions only
@@ -106,9 +106,9 @@ flat_dc(x, y)
 # retrace) and after:
 
 # %%
-print(retraced("dataclass", "plain").code.strip(), "\n")
+print(*wrap_lines(retraced("dataclass", "plain").code.strip()), "", sep="\n")
 fixed = retraced("dataclass", "swap")
-print(fixed.code.strip())
+print(*wrap_lines(fixed.code.strip()), sep="\n")
 print("\nby keyword:", type(fixed(x=x, y=y)).__name__,
       "| matches eager:", output_mismatch(model(x, y), fixed(x=x, y=y)) is None)
 
@@ -131,7 +131,7 @@ before_cin(x=xc, y=yc)
 
 # %%
 final_cin = tetrt_compile(ep_cin, backend="onnxruntime")
-print(final_cin.code.strip())
+print(*wrap_lines(final_cin.code.strip()), sep="\n")
 print("\n", final_cin.blocks_summary(), "| by keyword matches eager:",
       output_mismatch(OutputModel("tensor", "complex_in")(xc, yc), final_cin(x=xc, y=yc)) is None)
 

@@ -15,7 +15,7 @@
 # that are still present in torch 2.14.1.
 
 # %%
-from tetrt_support.notebook import setup; setup()
+from tetrt_support.notebook import setup, wrap_lines; setup()
 
 import itertools
 import logging
@@ -30,12 +30,14 @@ from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuant
 from tetrt_support.quant.distributed import single_process_group
 from tetrt_support.quant.dynamo import qdq_op
 from tetrt_support.quant.numerics import error_stats
+from tetrt_support.report import Table
 from tetrt_support.report.quant_tracing import IdentityMXFP8Quantizer, compiles_over_steps, make_step, placeholders, trace_over
 
 print("torch", torch.__version__.split("+")[0])
-print(optional.availability_line())
-print("TransformerEngine was not run here: every number below comes from tetrt_support.quant's own "
-      f"PyTorch implementation (transformer_engine importable: {optional.available('transformer_engine')})")
+print(*wrap_lines(optional.availability_line()), sep="\n")
+print(*wrap_lines("TransformerEngine was not run here: every number below comes from tetrt_support.quant's own "
+                  f"PyTorch implementation (transformer_engine importable: {optional.available('transformer_engine')})"),
+      sep="\n")
 
 # %% [markdown]
 # ## 1. Why value semantics: count the compiles
@@ -53,11 +55,10 @@ print("TransformerEngine was not run here: every number below comes from tetrt_s
 # %%
 rows = [("identity (fresh object each step)", *compiles_over_steps(IdentityMXFP8Quantizer, IdentityMXFP8Quantizer)),
         ("value (fresh object each step)", *compiles_over_steps(MXFP8Quantizer, MXFP8Quantizer))]
-two_configs = itertools.cycle([MXFP8Quantizer(), MXFP8Quantizer(columnwise_usage=True)])
+two_configs = itertools.cycle([MXFP8Quantizer(), MXFP8Quantizer(columnwise_usage=False)])
 rows.append(("value, two configurations alternating", *compiles_over_steps(MXFP8Quantizer, lambda: next(two_configs).copy())))
-print(f"{'quantizer semantics':40s} {'steps':>5s} {'compiles':>8s} {'unique_graphs':>13s}  matches eager")
-for name, frames, graphs_seen, same in rows:
-    print(f"{name:40s} {5:5d} {frames:8d} {graphs_seen:13d}  {same}")
+Table([(name, 5, frames, graphs_seen, same) for name, frames, graphs_seen, same in rows],
+      ["quantizer semantics", "steps", "compiles", "unique graphs", "matches eager"])
 
 # %% [markdown]
 # Identity semantics recompiles on every step (and would hit Dynamo's recompile limit of
@@ -77,9 +78,9 @@ for name, frames, graphs_seen, same in rows:
 # evaluates with only the globals it returns (a dtype travels as its name).
 
 # %%
-nvfp4 = NVFP4Quantizer(with_rht=True)
+nvfp4 = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)
 traced = trace_over(make_step(NVFP4Quantizer), [nvfp4], torch.randn(16, 32))
-print(traced.graphs[0].code.strip())
+print(*wrap_lines(traced.graphs[0].code.strip()), sep="\n")  # long lines wrapped for the page
 
 # %%
 expr, fx_globals = nvfp4.__fx_repr__()
@@ -111,7 +112,7 @@ class HoistedMXFP8Quantizer(MXFP8Quantizer):
 register_value_quantizer(HoistedMXFP8Quantizer, hoist=True)
 hoisted = [HoistedMXFP8Quantizer(dtype) for dtype in (torch.float8_e4m3fn, torch.float8_e5m2)]
 traced = trace_over(make_step(HoistedMXFP8Quantizer), hoisted, torch.randn(32, 64))
-print(traced.graphs[0].code.strip())
+print(*wrap_lines(traced.graphs[0].code.strip()), sep="\n")
 print("placeholders:", placeholders(traced.graphs[0]))
 print("graphs for two values:", len(traced.graphs), "| matches eager:", traced.matches_eager)
 
@@ -168,7 +169,7 @@ print("via the class:", torch.compile(blocks_via_class, backend="eager", fullgra
 mxfp8_qdq = qdq_op(MXFP8Quantizer)
 
 def step_mutating(x, quantizer):
-    quantizer.set_usage(columnwise=True)  # e.g. "this GEMM also needs the transpose"
+    quantizer.set_usage(columnwise=False)  # e.g. "this GEMM reads only the row-wise copy"
     return mxfp8_qdq(x, quantizer)
 
 torch._dynamo.reset()
@@ -178,7 +179,7 @@ callers = [MXFP8Quantizer() for _ in range(3)]
 for q in callers:
     compiled(torch.randn(32, 64), q)
 print("compiles for 3 calls:", counter.frame_count)
-print("caller's quantizers mutated:", [q.columnwise_usage for q in callers])
+print("caller's quantizers, columnwise_usage after the calls (True before):", [q.columnwise_usage for q in callers])
 
 # %% tags=["raises-exception"]
 for _ in range(8):  # Dynamo's recompile limit is 8; fullgraph=True turns the fallback into an error
@@ -193,16 +194,16 @@ for _ in range(8):  # Dynamo's recompile limit is 8; fullgraph=True turns the fa
 
 # %%
 def step_constructing(x, quantizer):
-    columnwise = MXFP8Quantizer(quantizer.fp8_dtype, columnwise_usage=True)
-    return mxfp8_qdq(x, columnwise)
+    rowwise_only = MXFP8Quantizer(quantizer.fp8_dtype, columnwise_usage=False)
+    return mxfp8_qdq(x, rowwise_only)
 
 torch._dynamo.reset()
 counter = CompileCounter()
 compiled = torch.compile(step_constructing, backend=counter, fullgraph=True)
 callers = [MXFP8Quantizer() for _ in range(10)]
 x = torch.randn(32, 64)
-same = all(torch.equal(compiled(x, q), MXFP8Quantizer(columnwise_usage=True).quantize(x).dequantize()) for q in callers)
-print("compiles for 10 calls:", counter.frame_count, "| callers untouched:", not any(q.columnwise_usage for q in callers),
+same = all(torch.equal(compiled(x, q), MXFP8Quantizer(columnwise_usage=False).quantize(x).dequantize()) for q in callers)
+print("compiles for 10 calls:", counter.frame_count, "| callers untouched:", all(q.columnwise_usage for q in callers),
       "| matches eager:", same)
 
 # %% [markdown]
@@ -243,15 +244,14 @@ with single_process_group() as group:
 torch.manual_seed(0)
 acts = torch.randn(256, 1024)
 acts[:, torch.randperm(1024)[:8]] *= 20.0
-formats = {"FP8 current (E4M3)": Float8CurrentScalingQuantizer(), "FP8 block 1x128": Float8BlockQuantizer(),
+formats = {"FP8 current (E4M3)": Float8CurrentScalingQuantizer(), "FP8 block 1x128": Float8BlockQuantizer(block_scaling_dim=1),
            "MXFP8 1x32": MXFP8Quantizer(), "NVFP4 1x16": NVFP4Quantizer(),
            "NVFP4 16x1 (col-wise)": NVFP4Quantizer(rowwise_usage=False, columnwise_usage=True),
-           "NVFP4 16x1 + RHT": NVFP4Quantizer(with_rht=True, rowwise_usage=False, columnwise_usage=True)}
+           "NVFP4 16x1 + RHT": NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rowwise_usage=False, columnwise_usage=True)}
 errors = {name: q.quantize(acts).dequantize() - acts for name, q in formats.items()}
 stats = {name: error_stats(acts, acts + err) for name, err in errors.items()}
-print(f"{'format':22s} {'rel RMS err':>11s} {'max |err|':>9s} {'SQNR dB':>8s}")
-for name, s in stats.items():
-    print(f"{name:22s} {s['rel_rms']:11.4f} {s['max_abs']:9.3f} {s['sqnr_db']:8.2f}")
+Table([(name, f"{s['rel_rms']:.4f}", f"{s['max_abs']:.3f}", f"{s['sqnr_db']:.2f}") for name, s in stats.items()],
+      ["format (row-wise copy unless named)", "rel RMS err", "max |err|", "SQNR dB"])
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -289,9 +289,8 @@ print("RHT on the column-wise operand lowers its max |error|:", rht["max_abs"] <
 #
 # - TransformerEngine itself was not run: the numerics are checked byte for byte against
 #   an independent restatement of TE's algorithms (notebook 07, `tests/quant/`), not
-#   against TE's kernels; the swizzled, padded scale copies TE hands to cuBLAS are not
-#   modelled, and stochastically rounded bytes cannot be TE's (its random bits come from
-#   inside its kernels).
+#   against TE's kernels. Stochastically rounded bytes cannot be TE's (its random bits
+#   come from inside its kernels).
 # - The staticmethod-through-instance guard crash (pytorch/pytorch#182741) still
 #   reproduces on torch 2.14.1; the workaround is a convention, kept by a test.
 # - Mutation inside the region is not reported by Dynamo as such — it shows up only as

@@ -12,33 +12,33 @@
 # - **make_empty_traceable**: allocate a real empty quantized tensor (fake under fake mode)
 #   and stash its flatten names and context as plain attributes.
 #
-# TransformerEngine's reviewers debated exactly this (a TransformerEngine pull request
-# replacing its 172-line `TensorProto` with `make_empty_traceable`) without a side-by-side
-# measurement. This notebook builds both on one op, one Linear and one test suite
+# TransformerEngine's reviewers debated exactly this (TransformerEngine PR #13, on its
+# torch.compile support, replacing a 172-line `TensorProto` with `make_empty_traceable`)
+# without a side-by-side measurement. This notebook builds both on one op, one Linear and one test suite
 # (`tetrt_support.quant.linear.Linear(..., fake_impl=...)`) and measures them.
 
 # %%
 from tetrt_support.notebook import setup; setup()
 
 import inspect
-import re
 
 import matplotlib.pyplot as plt
 import torch
+from IPython.display import display
 from torch._dynamo.exc import Unsupported
 
 import tetrt_support.quant  # registers the quantizers as opaque value types
 from tetrt_support import optional
-from tetrt_support.report import format_table, results
-from tetrt_support.quant.fake_impls import FAKE_IMPLS, get_strategy, hazards, make_empty_traceable, tensor_proto
+from tetrt_support.report import Table, results
+from tetrt_support.quant.fake_impls import FAKE_IMPLS, get_strategy, hazards
+from tetrt_support.quant.fake_impls import make_empty_traceable, tensor_proto
 from tetrt_support.report import fake_impl_measure as measure
 from tetrt_support.quant.linear import Linear
 from tetrt_support.quant.recipes import RECIPES, get_recipe
 
 print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
-print("TransformerEngine was not run here: both designs are re-implemented on tetrt_support.quant's PyTorch "
-      f"quantizers (transformer_engine importable: {optional.available('transformer_engine')})")
+print("TransformerEngine was not run here: both designs are rebuilt on tetrt_support.quant's quantizers.")
 
 # %% [markdown]
 # ## 1. Why quantized tensors must cross the op boundary flattened
@@ -74,13 +74,13 @@ torch.compile(take_apart, backend="eager", fullgraph=True)(quantizer.quantize(x)
 # backward"; the autograd `setup_context` saves the input buffers instead.
 
 # %%
-print(Linear(64, 32, recipe="mxfp8")._ops.forward._opoverload._schema)
+measure.schema_table(Linear(64, 32, recipe="mxfp8")._ops.forward._opoverload)
 
-# %%
-try:  # an op handing back the buffer it was given, as a cached weight returned again would
-    hazards.returning_an_input(torch.randn(4), torch.randn(4))
-except RuntimeError as error:  # print the message without its install-path prefix
-    print("RuntimeError:", str(error).split("): ", 1)[1].split(". The most common")[0])
+# %% [markdown]
+# An op that hands back the buffer it was given, as a cached weight returned again would:
+
+# %% tags=["raises-exception"]
+hazards.returning_an_input(torch.randn(4), torch.randn(4))
 
 # %% [markdown]
 # ## 2. The two designs, side by side
@@ -105,13 +105,16 @@ print(inspect.getsource(make_empty_traceable.MakeEmptyTraceableStrategy))
 
 # %%
 q = get_recipe("nvfp4").input()
-proto = get_strategy("tensor_proto").fake_quantized(q, (32, 64), torch.float32, torch.device("meta"))
-empty = get_strategy("make_empty_traceable").fake_quantized(q, (32, 64), torch.float32, torch.device("meta"))
-print("TensorProto:", [(b.name, b.shape, str(b.dtype)) for b in proto.buffers])
-print("make_empty_traceable:", type(empty).__name__, "stash:", empty._te_flat_names, "ctx keys:", sorted(empty._te_flat_ctx))
-flat = {name: [(tuple(t.shape), str(t.dtype)) for t in get_strategy(name).flat_fake(v)]
+meta = torch.device("meta")
+proto = get_strategy("tensor_proto").fake_quantized(q, (32, 64), torch.float32, meta)
+empty = get_strategy("make_empty_traceable").fake_quantized(q, (32, 64), torch.float32, meta)
+flat = {name: [(tuple(t.shape), t.dtype) for t in get_strategy(name).flat_fake(v)]
         for name, v in (("tensor_proto", proto), ("make_empty_traceable", empty))}
-print("same flat fake tensors:", flat["tensor_proto"] == flat["make_empty_traceable"], flat["tensor_proto"])
+print("make_empty_traceable:", type(empty).__name__, "with ctx keys", sorted(empty._te_flat_ctx))
+print("same flat fake tensors (shape, dtype) from both:",
+      flat["tensor_proto"] == flat["make_empty_traceable"])
+Table([(b.name, str(tuple(b.shape)), str(b.dtype).removeprefix("torch."), b.name in empty._te_flat_names)
+       for b in proto.buffers], ["TensorProto buffer", "shape", "dtype", "in the stash"])
 
 # %% [markdown]
 # ## 3. What Dynamo sees
@@ -123,11 +126,12 @@ print("same flat fake tensors:", flat["tensor_proto"] == flat["make_empty_tracea
 # %%
 g = torch.Generator().manual_seed(1)
 data = torch.randn(32, 64, generator=g), torch.randn(32, 32, generator=g)
-graphs = {name: measure.train(measure.tiny_mlp("mxfp8", name), *data, backend="aot_eager")[1] for name in FAKE_IMPLS}
+graphs = {name: measure.train(measure.tiny_mlp("mxfp8", name), *data, backend="aot_eager")[1]
+          for name in FAKE_IMPLS}
 print("frames per strategy:", {name: capture.frames for name, capture in graphs.items()})
 print("same graphs node for node, up to op names:", measure.same_graphs_up_to_strategy(
     graphs["tensor_proto"], "tensor_proto", graphs["make_empty_traceable"], "make_empty_traceable"))
-print(graphs["tensor_proto"].code[0].split("reshape_2")[0])  # the first layer's part of the graph
+measure.graph_head_table(graphs["tensor_proto"].graphs[0], until_op="relu")  # the first layer's part
 
 # %% [markdown]
 # Where traced code *does* handle quantized tensors is weight caching
@@ -138,9 +142,11 @@ print(graphs["tensor_proto"].code[0].split("reshape_2")[0])  # the first layer's
 
 # %%
 def cache_graphs(fake_impl):
-    layer, capture = Linear(64, 32, recipe="mxfp8", fake_impl=fake_impl), measure.GraphCapture("aot_eager")
+    layer = Linear(64, 32, recipe="mxfp8", fake_impl=fake_impl)
+    capture = measure.GraphCapture("aot_eager")
     torch._dynamo.reset()
-    step = torch.compile(lambda x, first: layer(x, is_first_microbatch=first), backend=capture, fullgraph=True)
+    step = torch.compile(lambda x, first: layer(x, is_first_microbatch=first),
+                         backend=capture, fullgraph=True)
     step(data[0], True), step(data[0], False)
     return capture
 
@@ -149,7 +155,9 @@ print("frames per strategy:", {name: capture.frames for name, capture in cached.
 print("same graphs node for node, up to op names:", measure.same_graphs_up_to_strategy(
     cached["tensor_proto"], "tensor_proto", cached["make_empty_traceable"], "make_empty_traceable"))
 for name in FAKE_IMPLS:
-    print(f"{name:21s}", [line.split(" = ")[0].strip() + " = MXFP8Tensor(...)" for line in cached[name].code[0].splitlines() if "MXFP8Tensor(" in line])
+    code = cached[name].code[0].splitlines()
+    built = [line.split(" = ")[0].strip() for line in code if "MXFP8Tensor(" in line]
+    print(f"{name:21s}", [f"{variable} = MXFP8Tensor(...)" for variable in built])
 
 # %% [markdown]
 # The one place the designs part ways in a trace: *making the template* there. Below,
@@ -164,12 +172,13 @@ for name in FAKE_IMPLS:
 
 # %%
 for recipe in ("nvfp4", "fp8_block"):
-    q, x4 = get_recipe(recipe).input(), torch.randn(8, 64)
+    q, x4 = get_recipe(recipe).input(), torch.randn(16, 64)
     for name in FAKE_IMPLS:
         try:
             rebuilt = hazards.template_and_reassemble_in_trace(name, q, x4, "aot_eager")
-            print(f"{recipe:9s} {name:21s} -> {type(rebuilt).__name__}, equal to eager:", torch.equal(rebuilt.dequantize(), q.quantize(x4).dequantize()))
-        except (Unsupported, AssertionError) as error:  # headlines; the full messages cite this checkout's source lines
+            same = torch.equal(rebuilt.dequantize(), q.quantize(x4).dequantize())
+            print(f"{recipe:9s} {name:21s} -> {type(rebuilt).__name__}, equal to eager:", same)
+        except (Unsupported, AssertionError) as error:  # headlines: the full messages cite source lines
             print(f"{recipe:9s} {name:21s} -> {type(error).__name__}: {str(error).splitlines()[0]}")
 
 # %% [markdown]
@@ -180,8 +189,7 @@ for recipe in ("nvfp4", "fp8_block"):
 # uncompiled run, for both strategies.
 
 # %%
-rows = measure.compile_matrix(RECIPES, FAKE_IMPLS)
-print(format_table([list(r.values()) for r in rows], list(rows[0])))
+Table.from_records(measure.compile_matrix(RECIPES, FAKE_IMPLS))
 
 # %% [markdown]
 # Code size (non-blank, non-comment lines, docstrings excluded) and the timings of
@@ -195,26 +203,38 @@ print(format_table([list(r.values()) for r in rows], list(rows[0])))
 
 # %%
 bench = results.load("../benchmarks/results/fake_impls.json", "fake_impls")
-print(format_table([[k, v] for k, v in bench["code_lines"].items()], ["module (as benchmarked)", "code lines"]))
-print("benchmark:", bench["versions"]["torch"], "|", bench["machine"]["cpu_count"], "CPUs |", "MLP", bench["config"]["mlp_sizes"],
-      "batch", bench["config"]["batch"], "| graph breaks in all runs:",
-      sum(r["graph_breaks"] for r in bench["rows"]), "| max frames per run:", max(r["frames"] for r in bench["rows"]))
+print("benchmark: torch", bench["versions"]["torch"], "|", bench["machine"]["cpu_count"], "CPUs | MLP",
+      bench["config"]["mlp_sizes"], "batch", bench["config"]["batch"])
+print("graph breaks in all runs:", sum(r["graph_breaks"] for r in bench["rows"]),
+      "| max frames per run:", max(r["frames"] for r in bench["rows"]))
+Table(bench["code_lines"].items(), ["module (as benchmarked)", "code lines"])
 
 # %%
 summary = bench["summary"]
-columns = {"compile_cpu_s_median": "compile CPU s", "compile_s_median": "compile wall s", "step_cpu_ms_median": "step CPU ms",
-           "eager_step_cpu_ms_median": "eager step CPU ms", "fake_impl_us_median": "fake impl µs", "reassemble_us_median": "reassemble µs"}
-table = [[name, be, *(f"{summary[name][be][k]:.2f}" if summary[name][be][k] < 10 else f"{summary[name][be][k]:.0f}" for k in columns)]
-         for name in FAKE_IMPLS for be in sorted(summary[name])]
-print(format_table(table, ["fake_impl", "backend", *columns.values()]))
-print("load average while measuring:", [round(v, 1) for v in bench["machine"]["loadavg_at_end"]], "on", bench["machine"]["cpu_count"], "CPUs")
+columns = {"compile_cpu_s_median": "compile CPU s", "compile_s_median": "compile wall s",
+           "step_cpu_ms_median": "step CPU ms", "eager_step_cpu_ms_median": "eager step CPU ms",
+           "fake_impl_us_median": "fake impl µs", "reassemble_us_median": "reassemble µs"}
+
+
+def timings(keys, title):
+    values = {(name, be): [summary[name][be][k] for k in keys]
+              for name in FAKE_IMPLS for be in sorted(summary[name])}
+    cells = [[*key, *(f"{v:.2f}" if v < 10 else f"{v:.0f}" for v in row)] for key, row in values.items()]
+    return Table(cells, ["fake_impl", "backend", *(columns[k] for k in keys)], title=title, key_columns=2)
+
+
+display(timings(list(columns)[:4], "compile and training step (medians)"),
+        timings(list(columns)[4:], "one call, in the strategy's own code (medians)"))
+print("load average while measuring:", [round(v, 1) for v in bench["machine"]["loadavg_at_end"]],
+      "on", bench["machine"]["cpu_count"], "CPUs")
 
 # %%
 backends = sorted(summary["tensor_proto"])
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
 for ax, key in zip(axes, ["compile_cpu_s_median", "fake_impl_us_median", "reassemble_us_median"]):
     for i, name in enumerate(FAKE_IMPLS):
-        ax.bar([b + i * 0.4 for b in range(len(backends))], [summary[name][be][key] for be in backends], 0.4, label=name)
+        heights = [summary[name][be][key] for be in backends]
+        ax.bar([b + i * 0.4 for b in range(len(backends))], heights, 0.4, label=name)
     ax.set_xticks([b + 0.2 for b in range(len(backends))], backends); ax.set_title(columns[key])
 axes[0].legend(fontsize=7); fig.tight_layout(); plt.show()
 
@@ -223,9 +243,11 @@ def ratio(key, backend):
 
 print("compile CPU time, tensor_proto / make_empty_traceable within [0.67, 1.5] on every backend:",
       all(0.67 <= ratio("compile_cpu_s_median", be) <= 1.5 for be in backends))
-print("reassemble: tensor_proto cheaper on every backend:", all(ratio("reassemble_us_median", be) < 1 for be in backends))
+print("reassemble: tensor_proto cheaper on every backend:",
+      all(ratio("reassemble_us_median", be) < 1 for be in backends))
 print("strategy run-time work (4 reassembles per step) < 5% of a compiled step for both:", all(
-    4 * summary[n][be]["reassemble_us_median"] < 0.05 * 1e3 * summary[n][be]["step_cpu_ms_median"] for n in FAKE_IMPLS for be in backends))
+    4 * summary[n][be]["reassemble_us_median"] < 0.05 * 1e3 * summary[n][be]["step_cpu_ms_median"]
+    for n in FAKE_IMPLS for be in backends))
 
 # %% [markdown]
 # ## 5. Verdict
@@ -235,10 +257,10 @@ print("strategy run-time work (4 reassembles per step) < 5% of a compiled step f
 # losses and the same numerics on eager, aot_eager and inductor, for FP8 current
 # scaling, FP8 blockwise, MXFP8 and NVFP4. The strategy only changes the Python that
 # runs while fake-tensor propagation and AOTAutograd trace the op, and in the stored
-# benchmark run that shows: one fake-impl call costs the same within a few percent, the
-# median compile CPU time of tensor_proto is a little lower (by 4 % under aot_eager and
-# 17 % under inductor, with 2 repeats whose own spread is 10-40 %: not a significant
-# difference), and the one run-time difference, rebuilding a saved quantized tensor in
+# benchmark run that shows: for tensor_proto one fake-impl call is a little cheaper (by
+# 6 % under aot_eager and 15 % under inductor) and the median compile CPU time a little
+# lower (by 4 % and 17 %), with 2 repeats whose own spread is 10-40 %: not a significant
+# difference; and the one run-time difference, rebuilding a saved quantized tensor in
 # the backward op, is about 12 µs for a TensorProto against about 21 µs through a
 # meta-device `make_empty` — some 2 % of a training step of this tiny MLP, and
 # independent of tensor size.
@@ -266,8 +288,10 @@ print("strategy run-time work (4 reassembles per step) < 5% of a compiled step f
 # traced code must both rebuild and take apart quantized tensors (it needs no tensor to
 # exist and no stash to be kept up); make_empty_traceable is the leaner choice when
 # quantized tensors are only allocated inside fake impls. In both, templates are best
-# made outside the trace. Upstream TransformerEngine, after the debate, merged a
-# descriptor design under another name.
+# made outside the trace. TransformerEngine's own torch.compile support went the
+# descriptor way for its fused ops: `TensorInfo`, a frozen dataclass of shape, dtype and
+# extra metadata registered as an opaque value type, describes fake-impl results
+# (`transformer_engine/pytorch/ops/compile_compat/tensor_info.py`).
 #
 # **Open.** TransformerEngine was not run here, and every output above is from a CPU.
 # The Linear was checked once on an H200 (torch 2.11): every recipe × strategy compiled

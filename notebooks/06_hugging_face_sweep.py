@@ -22,10 +22,11 @@ import warnings
 
 import torch
 
+from tetrt_support.report import Table
 from tetrt_support.zoo.discover import complex_modeling_files
 
-for source in complex_modeling_files():
-    print(f"{source.family:13s} {source.path:48s} {', '.join(sorted(source.markers))}")
+sources = complex_modeling_files()
+Table([(s.family, s.path, sorted(s.markers)) for s in sources], ("family", "modeling file", "markers"))
 
 # %% [markdown]
 # ## 1. The sweep, as measured
@@ -40,16 +41,25 @@ for source in complex_modeling_files():
 # %%
 from tetrt_support.report import results
 
+from tetrt_support.zoo.sweep import family_summary_table, rows_table
+
 record = results.load(results.RESULTS_DIR / "hf_sweep.json", "hf_sweep")
 print(record["command"], "|", ", ".join(f"{k} {v}" for k, v in record["versions"].items() if k != "python"))
-print(f"{'family':16s} {'shapes':7s} {'engine':11s} {'strategy':8s} {'complex':>7s} {'blocks':>6s} {'fallback':>8s} {'error':>8s} {'other':>8s}  result")
-for r in record["rows"]:
-    err = "-" if r["max_rel_error"] is None else f"{r['max_rel_error']:.0e}"
-    other = "-" if r["other_size_rel_error"] is None else f"{r['other_size_rel_error']:.0e}"
-    result = "pass" if r["passed"] else ("FAIL " + r["error"][:90] if r["error"] else "FAIL")
-    print(f"{r['family']:16s} {'dynamic' if r['dynamic'] else 'static':7s} {r['engine']:11s} {r['strategy']:8s} {str(r['complex_nodes']):>7s} "
-          f"{str(r['engine_blocks']):>6s} {str(r['fallback_blocks']):>8s} {err:>8s} {other:>8s}  {result}")
 print(f"{sum(r['passed'] for r in record['rows'])} of {len(record['rows'])} rows pass")
+family_summary_table(record["rows"])
+
+# %%
+rows_table(record["rows"])
+
+# %% [markdown]
+# Inductor, swept for two families only: each case compiles its engine block with inductor on
+# first call, which took 5 to 150 s a case on the two shared cores here (the whole sweep would be
+# most of an hour); `--engines inductor` runs it for every family.
+
+# %%
+inductor = results.load(results.RESULTS_DIR / "hf_sweep_inductor.json", "hf_sweep")
+print(inductor["command"].split(" --out")[0])
+family_summary_table(inductor["rows"])
 
 # %% [markdown]
 # ## 2. The silent wrong answer, and the guard
@@ -83,6 +93,8 @@ print("matches eager:", torch.allclose(old(*args), SliceWrites()(*args)))
 # refuse in-place ops) while its buffer stays in the engine block; the whole-program check stops it:
 
 # %%
+import textwrap
+
 from tetrt_support.compiler import CompilationSettings
 from tetrt_support.compiler.verify import check_engine_blocks, keep_reference_blocks
 
@@ -93,7 +105,7 @@ passes = [p for p in pipeline.PASSES if p not in unguarded]
 try:
     pipeline.run_passes(program, "onnxruntime", "rewrite", passes, CompilationSettings(min_block_size=1))
 except EngineMismatchError as error:
-    print(type(error).__name__ + ":", str(error).split(" differs")[0])
+    print(textwrap.fill(type(error).__name__ + ": " + str(error).split(" differs")[0], 100))
 
 # %%
 import tetrt_support
@@ -123,7 +135,9 @@ fnet_program, fnet_inputs = hf.export_family("fnet", fnet)
 lowered = lower(fnet_program, strategy="rewrite")
 ops = Counter(str(n.target) for n in lowered.graph.nodes if n.op == "call_function")
 print("fft ops left:", sum(v for k, v in ops.items() if "fft" in k))
-print({k: v for k, v in sorted(ops.items()) if k in ("aten.arange.default", "aten.remainder.Scalar", "aten.cos.default", "aten.sin.default", "aten.matmul.default")})
+shown = ("aten.arange.default", "aten.remainder.Scalar", "aten.cos.default", "aten.sin.default",
+         "aten.matmul.default")
+print({k: v for k, v in sorted(ops.items()) if k in shown})
 compiled = tetrt_support.compile(fnet_program, backend="onnxruntime")
 with torch.no_grad():
     want, got = fnet(**fnet_inputs), compiled(**fnet_inputs)
@@ -131,18 +145,123 @@ print(compiled.blocks_summary(), "|", type(got).__name__, list(got.keys()) == li
       "| max error below 1e-5:", bool((got.last_hidden_state - want.last_hidden_state).abs().max() < 1e-5))
 
 # %% [markdown]
-# ## 4. What is out of reach, and what is open
+# ## 4. Infinities and NaN: the C99 tables in the graph
+#
+# Eager PyTorch on CPU computes `asin`, `acos`, `asinh`, `acosh`, `atanh`, `atan`, `exp` and `sqrt`
+# of a complex tensor with the C library, which follows C99 Annex G's special-value tables;
+# `log1p` is c10's own (Kahan's trick, `log(u) * z / (u - 1)` with `u = 1 + z`). The rules'
+# finite formulas give NaN at many of those points (`inf - inf`, `inf / inf`), so each tabled rule
+# computes its formula and then picks the table's value with `where` over `isinf`/`isnan` of the
+# parts (`tetrt_support.complex.special_values`); `log1p` follows c10's algorithm itself. All of it
+# is ordinary ops, so ONNX Runtime runs every tabled rule in one block. Two translations of
+# torch.onnx were not exact and are decomposed before the export (`compiler/engines/onnx_exact_ops.py`):
+# `atan2` (torchlib's gave `-pi` for `atan2(+0, -1)`, the branch of `log(-1 + 0j)`, and 0 for
+# `atan2(inf, inf)`) and `copysign`/`signbit` (no translation at all). One point per function:
+
+# %%
+import math
+
+inf, nan = math.inf, math.nan
+points = {"asin": complex(inf, 1), "acos": complex(-inf, inf), "atan": complex(nan, inf),
+          "asinh": complex(1, inf), "acosh": complex(-inf, 2), "atanh": complex(inf, nan),
+          "log1p": complex(1e-30, inf), "exp": complex(-inf, inf), "sqrt": complex(-4, inf)}  # fmt: skip
+
+
+class AtSpecialPoints(torch.nn.Module):
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(torch, name)(z[i]) for i, name in enumerate(points))
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal parts, NaN where NaN, and the same sign on every zero."""
+    a, b = torch.view_as_real(a), torch.view_as_real(b)
+    return bool((((a == b) & (a.signbit() == b.signbit())) | (a.isnan() & b.isnan())).all())
+
+
+def show(v: complex) -> str:
+    return f"{v.real:.4g} {'-' if math.copysign(1, v.imag) < 0 else '+'} {abs(v.imag):.4g}j"
+
+
+z = torch.tensor(list(points.values()), dtype=torch.complex64)
+special_program = torch.export.export(AtSpecialPoints(), (z,))
+on_onnx = tetrt_support.compile(special_program, backend="onnxruntime", min_block_size=1)
+print(on_onnx.blocks_summary())
+eager_values, onnx_values = AtSpecialPoints()(z), on_onnx(z)
+Table(
+    [(name, show(z[i].item()), show(w.item()), show(g.item()), same(g, w))
+     for i, (name, w, g) in enumerate(zip(points, eager_values, onnx_values))],
+    ("function", "z", "eager", "onnxruntime block", "same, signs of zeros too"),
+)  # fmt: skip
+
+# %% [markdown]
+# The one difference is the sign of a zero, and it is ONNX Runtime's: its `Where` returns `+0`
+# when it selects a `-0` (the table's `copysign(0, -inf)` inside `atan`), where eager keeps it.
+# `tests/complex/test_rules_elementwise.py` checks every rule this way on the whole grid (every
+# pair of 0, -0, ±1, tiny, the smallest normal, huge, the largest float, ±inf and NaN), both
+# strategies, complex64 and complex128 (values, infinities and NaN; `assert_close` does not
+# compare the signs of zeros). What stays open there: ONNX has no bit cast, so the sign of a NaN
+# reads as positive in an ONNX block; the `Where` sign loss above; and ONNX Runtime's CPU `Atan`
+# has no float64 kernel (a complex128 rule with an angle falls back to PyTorch, with the
+# engine's warning).
+#
+# ## 5. A size that crosses a block boundary
+#
+# A size made from data (`n = counts.sum().item()`) in a PyTorch block and used by `arange(n)` in
+# an engine block reaches the engine as a plain int (a SymInt in the graph). Eager and inductor
+# take it as it is (inductor makes it symbolic when it changes); ONNX Runtime's block is exported
+# with the int as a dynamic input and fed a 0-d int64 by its runtime wrapper. An int that
+# `torch.export` would specialise (an example of 0 or 1) is an error naming the input, not a
+# constant baked into the engine.
+
+# %%
+from tetrt_support.zoo.reproductions import ITEM_IN_PYTORCH, CountThenArange
+
+batch = torch.export.Dim("b", min=2, max=8)
+example = (torch.randn(3, 4), torch.tensor([2, 3]))
+counted = torch.export.export(CountThenArange(), example, dynamic_shapes=({0: batch}, None))
+sized = tetrt_support.compile(
+    counted, backend="onnxruntime", min_block_size=1, torch_executed_ops=ITEM_IN_PYTORCH
+)
+print(sized.blocks_summary())
+for node in sized.graph.find_nodes(op="call_module"):
+    print(f"{node.target}({', '.join(str(a) for a in node.args)})")
+for x, counts in [(torch.randn(5, 4), torch.tensor([4, 5])), (torch.randn(2, 4), torch.tensor([1, 6]))]:
+    same = torch.allclose(sized(x, counts), CountThenArange()(x, counts))
+    print(f"n = {int(counts.sum())}: same as eager:", same)
+
+# %% [markdown]
+# ## 6. The caller's program stays as it was
+#
+# `ep.module()` copies the graph but shares the fake tensors of `node.meta["val"]`, and with them
+# the program's ShapeEnv. The retrace runs every op again under `make_fx`; on CPU the convolution
+# meta kernel's backend choice guards `batch < 16` for WavTokenizer's decoder, and on the shared
+# ShapeEnv that narrowed the caller's batch range from [2, 16] to [2, 15]. `lower` and `compile`
+# now rebuild the fake values on a copy of the ShapeEnv first (`complex/shape_env.py`), so guards
+# recorded while compiling stay with the copy:
+
+# %%
+from torch._guards import detect_fake_mode
+
+codec_program, _ = hf.export_family("wavtokenizer", dynamic=True)
+codec_env = detect_fake_mode([n.meta.get("val") for n in codec_program.graph.nodes]).shape_env
+ranges_before = sorted(str(r) for r in codec_env.var_to_range.values())
+lower(codec_program, strategy="retrace")
+ranges_after = sorted(str(r) for r in codec_env.var_to_range.values())
+print("ranges before:", ranges_before, "| unchanged after a retrace:", ranges_after == ranges_before)
+
+# %% [markdown]
+# ## 7. What is out of reach, and what is open
 #
 # Every row of the table passes: each family, static and dynamic, both strategies, one engine
 # block. What it took besides the FFT, einsum and elementwise rules: functionalizing in-place
 # writes (DeepSeek-V2's keys, FNet's `embeddings +=`, Autoformer's `delays_agg +=`, `detach_` of
-# tensor literals); computing sizes derived in Python (`b * s`) inside the block that uses them,
-# so no engine block takes a plain int; sizes as 0-d tensors where ONNX's Scalar translations take
-# Python numbers only; and transformers' own ONNX translation of its MoE matmul
-# (`transformers::grouped_mm_fallback`). The build-time check does not compare what a block
-# computes from `sort`/`topk` indices: with tied keys PyTorch's CPU sort and ONNX's order experts
-# differently, so DeepSeek-V2 MoE's grouped tokens differ block by block while its logits do not;
-# the whole-program comparison still covers them.
+# tensor literals); computing sizes derived in Python (`b * s`) inside the block that uses them;
+# sizes as 0-d tensors where ONNX's Scalar translations take Python numbers only; and
+# transformers' own ONNX translation of its MoE matmul (`transformers::grouped_mm_fallback`).
+# The build-time check does not compare what a block computes from `sort`/`topk` indices: with
+# tied keys PyTorch's CPU sort and ONNX's order experts differently, so DeepSeek-V2 MoE's grouped
+# tokens differ block by block while its logits do not; the whole-program comparison still covers
+# them.
 #
 # Out of reach, shown by tests (`tests/zoo/test_hf_families.py`):
 #
@@ -152,9 +271,6 @@ print(compiled.blocks_summary(), "|", type(got).__name__, list(got.keys()) == li
 # - **FNet's DFT-matrix path with another sequence length**: the model's own code requires
 #   `seq == tpu_short_seq_length`.
 #
-# Open: the inverse functions (`asin`, `acos`, `atan`, `asinh`, `acosh`, `atanh`), `log1p`, `exp`
-# and `sqrt` match eager on every finite input, huge, tiny and the largest float included, but not
-# yet glibc's C99 values for infinite and NaN inputs (`tests/complex/test_rules_elementwise.py`
-# checks those for division, `reciprocal`, `log`, `log2`, `log10`, `expm1`, `rsqrt`, `sgn`, `abs`,
-# `repeat`). Feature extractors' `stft` (Whisper, Parakeet, ...) runs in preprocessing, outside
-# the model a compiler sees, so the sweep leaves it out.
+# Open: the full table covers eager and ONNX Runtime; inductor is swept for FNet and
+# WavTokenizer only (`--engines inductor` runs the rest; slow on two shared cores). Feature extractors' `stft` (Whisper, Parakeet, ...) runs in
+# preprocessing, outside the model a compiler sees, so the sweep leaves it out.

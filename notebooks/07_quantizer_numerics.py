@@ -16,7 +16,7 @@
 # compared with it byte for byte, as TE's own exact tests compare (`atol=0, rtol=0`).
 
 # %%
-from tetrt_support.notebook import setup; setup()
+from tetrt_support.notebook import setup, wrap_lines; setup()
 
 import sys
 import pathlib
@@ -34,8 +34,8 @@ from tetrt_support.report import Table  # noqa: E402
 
 warnings.filterwarnings("ignore", category=RuntimeWarning)  # numpy's overflow notes on the inf/huge families
 print("torch", torch.__version__.split("+")[0])
-print("TransformerEngine was not run here: the comparison is against an independent restatement of its algorithms "
-      f"(transformer_engine importable: {optional.available('transformer_engine')})")
+print(*wrap_lines("TransformerEngine was not run here: the comparison is against an independent restatement of its "
+                  f"algorithms (transformer_engine importable: {optional.available('transformer_engine')})"), sep="\n")
 
 # %% [markdown]
 # ## 1. Bytes equal to TE's algorithm, per format
@@ -43,28 +43,42 @@ print("TransformerEngine was not run here: the comparison is against an independ
 # Input families (`tests/quant/te_cases.py`): Gaussian; Gaussian with 0.5 % of elements
 # ×1000; zero rows and a zeroed block; ×1e-30; amaxes whose FP8 scale overflows fp32
 # (×1e-40 fp32, ×1e-38 bf16); ×1e30; values near the input dtype's max; ±inf sprinkled in;
-# NaN sprinkled in (not for NVFP4: E2M1 has no NaN and TE's reference leaves it
-# undefined). Shapes: 128 × 256, and 130 × 200 for the blockwise formats (partial
-# blocks). Each cell: "all" when every byte of every buffer (data, transpose or
-# column-wise data, scales, amaxes) equals TE's, else the fraction of the worst buffer.
+# NaN sprinkled in. Shapes: 128 × 256; 130 × 200 for the blockwise formats (partial
+# blocks); 96 × 160, 160 × 288 and 144 × 80 for the rows that exercise TE's scale padding
+# and GEMM swizzle (dims that are not multiples of 128). Every quantizer is built with TE's
+# defaults — both usages — so each row compares data, transpose or column-wise data, the
+# scale buffers *in TE's allocated layout* (padding included) and the amaxes. A cell reads
+# "all" when every byte of every buffer equals TE's in fp32 and in bf16 input, else the
+# worst buffer's fraction ("–" would mark a family a configuration does not compare).
 
 # %%
-for case in te_cases.CASES:
-    rows = te_cases.format_table_rows(case, shape=te_cases.small_shape(case))
-    print(Table(rows, ["input family", "fp32", "bf16"], title=case.name), end="\n\n")
+def summary_cell(case, family_name):
+    if family_name not in case.families:
+        return "–"
+    worst = min(min(te_cases.compare(case, te_cases.family(family_name, te_cases.small_shape(case), dtype)).values())
+                for dtype in te_cases.DTYPES.values())
+    return "all" if worst == 1.0 else f"{100 * worst:.2f} %"
+
+short = {"zero rows and blocks": "zeros", "subnormal amax": "subnorm. amax", "near dtype max": "near max"}
+summary = Table([[case.name, *(summary_cell(case, f) for f in te_cases.FAMILIES)] for case in te_cases.CASES],
+                ["format (TE's defaults, both usages)", *(short.get(f, f) for f in te_cases.FAMILIES)],
+                title="bytes equal to TE's algorithm (fp32 and bf16 input)")
+summary
 
 # %%
-equal = all(cell == "all" for case in te_cases.CASES
-            for row in te_cases.format_table_rows(case, shape=te_cases.small_shape(case)) for cell in row[1:])
-print("every buffer of every format bit-exact with TE's algorithm on every family:", equal)
+cells = [cell for row in summary.rows for cell in row[1:] if cell != "–"]
+print(f"{len(summary.rows)} configurations × {len(te_cases.FAMILIES)} families × 2 dtypes;",
+      "every compared buffer bit-exact with TE's algorithm:", all(cell == "all" for cell in cells))
 
 # %% [markdown]
 # Two conventions make "equal" precise. FP8 has several NaN encodings (E5M2: any nonzero
 # mantissa); which one a cast writes is not part of TE's contract, so any NaN matches any
 # NaN. Where TE's Python reference and its kernels disagree on special values, the
-# kernels win: their amax reductions use `fmaxf`, which skips NaN (the reference's
-# `torch.amax` propagates it), and `compute_scale_from_amax` returns scale 1 for an
-# infinite amax (the reference computes 0).
+# kernels win: their amax reductions use `fmaxf` / `__hmax`, which skip NaN (the
+# reference's `torch.amax` propagates it), `compute_scale_from_amax` returns scale 1 for
+# an infinite amax (the reference computes 0), and NVFP4's E2M1 conversion
+# (`cvt.satfinite`) writes a NaN element as +6, code 7 (the reference's bins leave code 0);
+# under 4over6 a NaN makes both candidates' errors NaN and map-to-6 is kept.
 #
 # ## 2. Worked examples: one block per format, checkable by hand
 #
@@ -78,10 +92,10 @@ x = torch.tensor([2.7630667686462402, -1.0, 0.5, 0.001])
 t = Float8CurrentScalingQuantizer().quantize(x)
 scale = 1 / t._scale_inv.item()
 print(f"amax = {x.abs().max().item()!r}   scale = 448 / amax = {float(np.float32(448) / np.float32(x[0].item()))!r}")
-print(Table([[f"{v:.7g}", f"{v * scale:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
-             zip(x.tolist(), t._data.view(torch.uint8).tolist(), t.dequantize().tolist())],
-            ["x", "x · scale", "E4M3 byte", "dequantized"]))
 print("PyTorch's 448 / tensor is reciprocal-then-multiply, one ulp lower:", repr((448.0 / x[:1]).item()))
+Table([[f"{v:.7g}", f"{v * scale:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
+       zip(x.tolist(), t._data.view(torch.uint8).tolist(), t.dequantize().tolist())],
+      ["x", "x · scale", "E4M3 byte", "dequantized"])
 
 # %% [markdown]
 # ### FP8 blockwise, 1 × 128 (power-of-two scales)
@@ -92,12 +106,12 @@ print("PyTorch's 448 / tensor is reciprocal-then-multiply, one ulp lower:", repr
 # %%
 row = torch.linspace(-1, 1, 128)
 row[0], row[1] = 5.0, -0.3
-t = Float8BlockQuantizer().quantize(row.reshape(1, 128))
-print("block amax:", row.abs().max().item(), "| 448 / amax:", 448 / 5.0, "| stored scale_inv:", t._rowwise_scale_inv.item(),
-      "-> scale", 1 / t._rowwise_scale_inv.item())
-print(Table([[f"{v:.7g}", f"{v * 64:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
-             zip(row[:4].tolist(), t._rowwise_data.view(torch.uint8)[0, :4].tolist(), t.dequantize()[0, :4].tolist())],
-            ["x", "x · 64", "E4M3 byte", "dequantized"]))
+t = Float8BlockQuantizer(block_scaling_dim=1).quantize(row.reshape(1, 128))
+scale_inv = t._quantizer.compact_scale_inv(t, "rowwise")[0, 0].item()
+print("block amax:", row.abs().max().item(), "| 448 / amax:", 448 / 5.0, "| stored scale_inv:", scale_inv, "-> scale", 1 / scale_inv)
+Table([[f"{v:.7g}", f"{v * 64:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
+       zip(row[:4].tolist(), t._rowwise_data.view(torch.uint8)[0, :4].tolist(), t.dequantize()[0, :4].tolist())],
+      ["x", "x · 64", "E4M3 byte", "dequantized"])
 
 # %% [markdown]
 # ### MXFP8, one 1 × 32 block
@@ -109,12 +123,12 @@ print(Table([[f"{v:.7g}", f"{v * 64:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d
 # %%
 block = torch.linspace(-2, 2, 32)
 block[5] = 5.0
-t = MXFP8Quantizer().quantize(block.reshape(1, 32))
+t = MXFP8Quantizer(columnwise_usage=False).quantize(block.reshape(1, 32))  # one row: the row-wise copy only
 biased = t._rowwise_scale_inv[0, 0].item()
 print(f"amax = 5   amax·fp32(1/448) = {float(np.float32(5) * np.float32(1 / 448))!r}   E8M0 byte = {biased} -> 2**{biased - 127}")
-print(Table([[f"{v:.7g}", f"{v * 2.0 ** (127 - biased):.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
-             zip(block[3:7].tolist(), t._rowwise_data.view(torch.uint8)[0, 3:7].tolist(), t.dequantize()[0, 3:7].tolist())],
-            ["x", "x · 2**6", "E4M3 byte", "dequantized"]))
+Table([[f"{v:.7g}", f"{v * 2.0 ** (127 - biased):.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
+       zip(block[3:7].tolist(), t._rowwise_data.view(torch.uint8)[0, 3:7].tolist(), t.dequantize()[0, 3:7].tolist())],
+      ["x", "x · 2**6", "E4M3 byte", "dequantized"])
 
 # %% [markdown]
 # ### NVFP4, one 1 × 16 block
@@ -128,23 +142,87 @@ print(Table([[f"{v:.7g}", f"{v * 2.0 ** (127 - biased):.7g}", f"0x{c:02x}", f"{d
 x = torch.zeros(1, 32)
 x[0, :16] = torch.tensor([3.0, -1.2, 0.4, 0.0, 2.2, -3.0, 0.05, 1.0, -0.7, 0.25, 2.9, -2.4, 1.6, 0.9, -0.1, 0.6])
 x[0, 16] = 12.0
-t = NVFP4Quantizer().quantize(x)
+t = NVFP4Quantizer(columnwise_usage=False).quantize(x)
 s_enc = np.float32(2688) / np.float32(12)
 decode = t._rowwise_scale_inv.float()[0, 0].item()
 encode = np.float32(1) / (np.float32(decode) * (np.float32(1) / s_enc))
 codes = numerics.unpack_fp4(t._rowwise_data)[0, :16]
 print(f"S = 2688/12 = {float(s_enc)!r}   block amax 3 · S/6 = {float(np.float32(3) * (s_enc * np.float32(1 / 6)))!r} "
       f"-> E4M3 {decode!r}   encode = {float(encode)!r}")
-print(Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c), f"{numerics.E2M1_VALUES[int(c) & 7] * (-1 if int(c) & 8 else 1):g}", f"{d:.4g}"]
-             for v, c, d in zip(x[0, :8].tolist(), codes[:8].tolist(), t.dequantize()[0, :8].tolist())],
-            ["x", "x · encode", "code", "E2M1 value", "dequantized"]))
 print("first bytes:", [f"0x{b:02x}" for b in t._rowwise_data[0, :4].tolist()], "(low nibble = even element)")
+Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c), f"{numerics.E2M1_VALUES[int(c) & 7] * (-1 if int(c) & 8 else 1):g}", f"{d:.4g}"]
+       for v, c, d in zip(x[0, :8].tolist(), codes[:8].tolist(), t.dequantize()[0, :8].tolist())],
+      ["x", "x · encode", "code", "E2M1 value", "dequantized"])
 
 # %% [markdown]
-# ## 3. What changed to get here: TE's rule against the old one
+# ### NVFP4 "4over6", one 1 × 16 block
+#
+# TE's `nvfp4_use_4over6` (its `_quantize_blockwise_4over6_reference` and
+# `quantize_4over6_nvfp4.cuh`) tries two decode scales per block: *map-to-6* is
+# `e4m3((amax / 6) · S)`, *map-to-4* the same times 1.5 before the E4M3 cast, so the
+# block's largest magnitude lands on E2M1's 4 and the smaller values get finer steps. Both
+# candidates are encoded as plain NVFP4 and dequantized in the input domain,
+# `((code · scale) · global_amax) / (6 · E)` with `E` = 448 or 256 (`nvfp4_e4m3_max`, the
+# global scale's bound, 256 by default in TE's recipe); the candidate with the strictly
+# smaller sum of |error| (MAE) or error² (MSE) over the 16 elements wins (a tie: map-to-6).
+
+# %%
+x = torch.zeros(1, 32)
+x[0, :16] = torch.tensor([3.0, 2.9, 2.6, 2.2, 1.9, 1.4, 1.1, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1, -0.7, -1.6, -2.5])
+x[0, 16] = 12.0
+candidates = []
+for name, factor in (("map-to-4 (x1.5)", 1.5), ("map-to-6", 1.0)):
+    s_enc = np.float32(256 * 6) / np.float32(12)
+    base = np.float32(np.float32(3.0) / np.float32(6)) * s_enc
+    decode = float(torch.tensor(float(np.float32(base * np.float32(factor)))).to(torch.float8_e4m3fn).float())
+    values = numerics.e2m1_decode(numerics.e2m1_encode(torch.clamp(x[0, :16] * (1 / (decode / float(s_enc))), -6, 6)))
+    recon = values * decode * 12.0 / (6 * 256)
+    candidates.append([name, decode, " ".join(f"{v:g}" for v in values[:6].tolist()) + " …",
+                       f"{(recon - x[0, :16]).abs().sum().item():.4f}"])
+t4 = NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, columnwise_usage=False).quantize(x)
+stored = t4._quantizer.compact_scale_inv(t4, "rowwise").float()[0, 0].item()
+print("stored block scale:", stored, "->", next(c[0] for c in candidates if c[1] == stored), "wins")
+Table(candidates, ["candidate", "E4M3 scale", "E2M1 values (first 6)", "MAE over the block"])
+
+# %% [markdown]
+# ## 3. TE's scale layouts
+#
+# TE allocates scale buffers the way its GEMMs read them (`get_scale_shape` in each
+# format's quantizer), and the quantizers here store them the same way
+# (`tetrt_support/quant/scale_layouts.py`). MXFP8/NVFP4 row-wise scales are padded to
+# multiples of 128 rows × 4 columns, MXFP8's column-wise ones to 4 × 128; FP8 blockwise
+# keeps TE's GEMM-ready form (1 × 128 scales transposed, inner dim padded to 4). TE
+# allocates with `at::empty` and its quantize kernels write only the valid region, so the
+# padding is unspecified in TE; it is zero here (what TE's swizzle writes into padding)
+# and the comparison above covers it as TE's swizzled buffers define it.
+# `optimize_for_gemm=True` (TE's attribute; the tensors' `with_gemm_swizzled_scales`)
+# stores cuBLAS's tiled layout: scale (i, j) at `gemm_swizzled_scale_idx(i, j)`.
+# For a 96 × 160 input:
+
+# %%
+layouts = [("FP8 block 1x128", Float8BlockQuantizer(block_scaling_dim=1)), ("FP8 block 128x128", Float8BlockQuantizer()),
+           ("MXFP8", MXFP8Quantizer()), ("NVFP4", NVFP4Quantizer())]
+x = torch.randn(96, 160)
+rows = []
+for name, q in layouts:
+    t = q.quantize(x)
+    for layout in ("rowwise", "columnwise"):
+        valid, buffer = q.compact_scale_inv(t, layout).shape, getattr(t, f"_{layout}_scale_inv").shape
+        rows.append([name, layout, " x ".join(map(str, valid)), " x ".join(map(str, buffer))])
+Table(rows, ["format", "layout", "valid scales (blocks)", "TE's buffer"], key_columns=2)
+
+# %%
+swizzled = MXFP8Quantizer(optimize_for_gemm=True).quantize(torch.randn(160, 288))
+examples = [(i, j, int(te_reference.swizzled_index(np.array(i), np.array(j), swizzled._rowwise_scale_inv.shape[1] // 4)))
+            for i, j in ((0, 0), (1, 0), (32, 0), (0, 1), (127, 3), (128, 0), (0, 4))]
+Table([[f"({i}, {j})", k] for i, j, k in examples], ["scale (row, column)", "byte offset, swizzled"],
+      title="cuBLAS tile layout: 32 rows of 16 bytes per 128 x 4 tile")
+
+# %% [markdown]
+# ## 4. What changed to get here: TE's rule against the old one
 #
 # Each of these is a minimal reproduction kept as a named regression test in
-# `tests/quant/test_te_exact.py`.
+# `tests/quant/test_te_exact.py` (the defaults: `tests/quant/test_te_defaults.py`).
 
 # %%
 a = torch.tensor([[2.7630667686462402]])
@@ -157,38 +235,50 @@ dq.amax_history[0] = float("inf")
 dq.update_scale()
 nan_block = torch.randn(1, 64)
 nan_block[0, 3] = float("nan")
+nan_row = nan_block[:, :32].clone()
+row_nvfp4, row_mxfp8 = NVFP4Quantizer(columnwise_usage=False), MXFP8Quantizer(columnwise_usage=False)  # one-row inputs
 checks = [
     ("current-scaling scale = fp32 448 / amax (one rounding)", Float8CurrentScalingQuantizer().compute_scale(a)[1].item(), 162.13868713378906),
-    ("NVFP4 encode 1/(s·(1/S)): 0.33203125 -> code 3 (1.5)", numerics.unpack_fp4(NVFP4Quantizer().quantize(y)._rowwise_data)[0, 17].item(), 3),
-    ("NVFP4 block with scale 0 encodes with FLT_MAX: 1e-6 -> code 7", numerics.unpack_fp4(NVFP4Quantizer().quantize(z)._rowwise_data)[0, 16].item(), 7),
+    ("NVFP4 encode 1/(s·(1/S)): 0.33203125 -> code 3 (1.5)", numerics.unpack_fp4(row_nvfp4.quantize(y)._rowwise_data)[0, 17].item(), 3),
+    ("NVFP4 block with scale 0 encodes with FLT_MAX: 1e-6 -> code 7", numerics.unpack_fp4(row_nvfp4.quantize(z)._rowwise_data)[0, 16].item(), 7),
+    ("NVFP4 NaN element -> +6 (code 7), its block scale unchanged (kernel rule)",
+     (numerics.unpack_fp4(row_nvfp4.quantize(nan_row)._rowwise_data)[0, 3].item(),
+      torch.equal(row_nvfp4.quantize(nan_row)._rowwise_scale_inv.view(torch.uint8),
+                  row_nvfp4.quantize(torch.nan_to_num(nan_row, nan=0.0))._rowwise_scale_inv.view(torch.uint8))), (7, True)),
     ("E2M1 of -0.0 is code 0", numerics.e2m1_encode(torch.tensor([-0.0])).item(), 0),
     ("delayed scaling keeps the scale when amax is inf", dq.scale.item(), 3.0),
     ("blockwise scale for an overflowing bf16 block = 1/bf16 max",
-     Float8BlockQuantizer(force_pow_2_scales=False).quantize(torch.full((1, 128), 1e-38, dtype=torch.bfloat16))._rowwise_scale_inv.item(),
+     Float8BlockQuantizer(force_pow_2_scales=False).quantize(torch.full((1, 128), 1e-38, dtype=torch.bfloat16))._rowwise_scale_inv[0, 0].item(),
      torch.reciprocal(torch.tensor(torch.finfo(torch.bfloat16).max)).item()),
-    ("MXFP8 column-wise: data (64, 96), scales (2, 96)",
-     tuple(tuple(b.shape) for b in MXFP8Quantizer(rowwise_usage=False, columnwise_usage=True).quantize(torch.randn(64, 96)).inner_buffers().values()),
-     ((64, 96), (2, 96))),
-    ("MXFP8: a NaN does not change its block's scale", MXFP8Quantizer().quantize(nan_block)._rowwise_scale_inv[0, 0].item()
-     == MXFP8Quantizer().quantize(torch.nan_to_num(nan_block, nan=0.0))._rowwise_scale_inv[0, 0].item(), True),
+    ("MXFP8 column-wise: data (64, 96), scale buffer (4, 128) around (2, 96) blocks",
+     tuple(tuple(b.shape) for b in MXFP8Quantizer(rowwise_usage=False).quantize(torch.randn(64, 96)).inner_buffers().values()),
+     ((64, 96), (4, 128))),
+    ("MXFP8: a NaN does not change its block's scale", row_mxfp8.quantize(nan_block)._rowwise_scale_inv[0, 0].item()
+     == row_mxfp8.quantize(torch.nan_to_num(nan_block, nan=0.0))._rowwise_scale_inv[0, 0].item(), True),
+    ("defaults are TE's: both usages, 128x128 blockwise", (MXFP8Quantizer().columnwise_usage, Float8BlockQuantizer().block_scaling_dim),
+     (True, 2)),
     ("0-d tensors quantize (FP8 current)", tuple(Float8CurrentScalingQuantizer().quantize(torch.tensor(3.0)).dequantize().shape), ()),
     ("NVFP4 default RHT signs are TE's wgrad vector", NVFP4Quantizer().rht_sign_mask,
      numerics.sign_mask_from_signs(tuple(te_reference.WGRAD_SIGNS.astype(int)))),
 ]
-print(Table([[name, repr(got), got == want] for name, got, want in checks], ["TE's rule", "result", "as TE"]))
+Table([[name, repr(got), got == want] for name, got, want in checks], ["TE's rule", "result", "as TE"])
 
 # %% [markdown]
-# ## 4. What remains open
+# ## 5. What remains open
 #
 # - The oracle is a restatement, not TE: TransformerEngine's kernels were not run. Where
-#   the two could still differ is where TE's documentation is its CUDA code: NaN inputs to
-#   NVFP4 (excluded above), and summation order inside the Hadamard transform (computed
-#   here exactly and rounded once; TE's kernel accumulates in fp32 on tensor cores — the
-#   same bytes whenever that fp32 sum is exact, which bf16 inputs of a normal spread give).
+#   the two could still differ is where TE's documentation is its CUDA code: the sign of
+#   the E2M1 zero written for -0.0 (TE's reference writes code 0, followed here; the
+#   kernel's `cvt` was not checked), and summation order inside the Hadamard transform
+#   (computed here exactly and rounded once; TE's kernel accumulates in fp32 on tensor
+#   cores — the same bytes whenever that fp32 sum is exact, which bf16 inputs of a normal
+#   spread give).
+# - TE's C++ quantize path refuses the Hadamard transform for non-bf16 input ("RHT is only
+#   supported for bfloat16 input"); its Python reference, and this package, accept fp32.
 # - Stochastic rounding (NVFP4 gradients) is seeded and reproducible here, but its random
 #   bits are not TE's, which come from inside its kernel: those bytes cannot match.
-# - Scales are kept in the plain row-major layout, one entry per block (and per row of a
-#   2-D tile, as TE's unswizzled layout). TE additionally pads them (to 128 × 4 tiles) and
-#   swizzles them for cuBLAS; those copies hold the same values and are not modelled.
-# - TE's newer NVFP4 options (row-scaled amax, "4over6" adaptive block scales) are not
-#   implemented.
+# - 4over6 follows TE's default error path; the `NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH`
+#   variant (errors from FP16 products) is not implemented. The padding of scale buffers
+#   is unspecified in TE outside its swizzled layout and is zero here.
+# - FP8 blockwise has one scale layout here, TE's GEMM-ready one; TE's conversion of
+#   blockwise scales for MXFP8-style GEMMs (`swizzle_block_scaling.cu`) is not modelled.

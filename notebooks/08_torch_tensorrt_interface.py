@@ -18,11 +18,12 @@ from tetrt_support.notebook import setup; setup()
 import io
 
 import torch
+from IPython.display import display
 
 import tetrt_support
 import tetrt_support.compiler  # registers torch.compile's backend "tetrt"
 from tetrt_support import optional, zoo
-from tetrt_support.report import format_table
+from tetrt_support.report import Table
 from tetrt_support.report.compare import max_abs_error
 
 print("torch", torch.__version__.split("+")[0])
@@ -51,14 +52,24 @@ with torch.no_grad():
     via_dynamo = torch.compile(llama, backend="tetrt")(**ids)
 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
+def close(logits):
+    return max_abs_error(eager.logits, logits) < 1e-5
+
+
+def blocks_of(compiled):
+    return [(b.name, b.kind, b.ops) for b in compiled.blocks()]
+
+
+dynamo_graphs = f"{graphs} Dynamo graph{'s' if graphs != 1 else ''}, compiled"
 rows = [
-    ("tetrt_support.compile(ep)", from_program.blocks_summary(), max_abs_error(eager.logits, from_program(**ids).logits) < 1e-5),
-    ("tetrt_support.compile(model, kwarg_inputs=ids)", from_module.blocks_summary(), max_abs_error(eager.logits, from_module(**ids).logits) < 1e-5),
-    ('torch.compile(model, backend="tetrt")', f"{graphs} Dynamo graph{'s' if graphs != 1 else ''}, compiled", max_abs_error(eager.logits, via_dynamo.logits) < 1e-5),
+    ("tetrt_support.compile(ep)", from_program.blocks_summary(), close(from_program(**ids).logits)),
+    ("tetrt_support.compile(model, kwarg_inputs=ids)", from_module.blocks_summary(),
+     close(from_module(**ids).logits)),
+    ('torch.compile(model, backend="tetrt")', dynamo_graphs, close(via_dynamo.logits)),
 ]
-print(format_table(rows, ["call", "blocks", "logits within 1e-5 of eager"]))
-same = [(b.name, b.kind, b.ops) for b in from_program.blocks()] == [(b.name, b.kind, b.ops) for b in from_module.blocks()]
-print("module + example inputs gives the program's blocks:", same)
+display(Table(rows, ["call", "blocks", "logits within 1e-5 of eager"]))
+print("module + example inputs gives the program's blocks:",
+      blocks_of(from_program) == blocks_of(from_module))
 
 # %% [markdown]
 # ## 2. The options, with Torch-TensorRT's names and defaults
@@ -91,8 +102,9 @@ rows = []
 for options in settings:
     compiled = tetrt_support.compile(island, arg_inputs=(x,), **options)
     kinds = " → ".join(b.kind for b in compiled.blocks())
-    rows.append((repr(options) if options else "(defaults)", kinds, max_abs_error(island(x), compiled(x)) < 1e-5))
-print(format_table(rows, ["options", "blocks, in call order", "matches eager"]))
+    spelled = ", ".join(f"{name}={value!r}" for name, value in options.items()) or "(defaults)"
+    rows.append((spelled, kinds, max_abs_error(island(x), compiled(x)) < 1e-5))
+Table(rows, ["options", "blocks, in call order", "matches eager"])
 
 # %% [markdown]
 # `require_full_compilation=True` asks for nothing outside an engine; here that is
@@ -131,7 +143,8 @@ with torch.no_grad():
 ops = {str(n.target) for n in reloaded.graph.nodes if n.op == "call_function"}
 print(type(reloaded).__name__, "→", type(out).__name__, list(out.keys()))
 print("logits within 1e-5 of eager:", max_abs_error(ref.logits, out.logits) < 1e-5)
-print("complex ops left in the saved graph:", sorted(op for op in ops if "complex" in op or "polar" in op))
+print("complex ops left in the saved graph:",
+      sorted(op for op in ops if "complex" in op or "polar" in op))
 
 # %% [markdown]
 # ## 4. Refit: new weights, same engines
@@ -149,9 +162,12 @@ with torch.no_grad():
     new_ref = new_llama(**other)
 same_onnx = refitted.engine_0.engine_block.model_bytes == from_module.engine_0.engine_block.model_bytes
 print("blocks:", refitted.blocks_summary(), "| same ONNX model as before the refit:", same_onnx)
-print("refitted vs fresh compile of the new weights, max abs error < 1e-6:", max_abs_error(fresh(**other).logits, refitted(**other).logits) < 1e-6)
-print("refitted vs the new eager model < 1e-5:", max_abs_error(new_ref.logits, refitted(**other).logits) < 1e-5)
-print("the compiled module itself still has the old weights:", max_abs_error(ref.logits, from_module(**other).logits) < 1e-5)
+print("refitted vs fresh compile of the new weights, max abs error < 1e-6:",
+      max_abs_error(fresh(**other).logits, refitted(**other).logits) < 1e-6)
+print("refitted vs the new eager model < 1e-5:",
+      max_abs_error(new_ref.logits, refitted(**other).logits) < 1e-5)
+print("the compiled module itself still has the old weights:",
+      max_abs_error(ref.logits, from_module(**other).logits) < 1e-5)
 
 # %% [markdown]
 # Weights of another architecture are refused, naming the first key that differs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import sysconfig
@@ -15,6 +16,7 @@ from nbclient import NotebookClient
 from tetrt_support import notebook
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def test_an_error_in_a_kernel_is_short_and_has_no_machine_path(tmp_path: pathlib.Path) -> None:
@@ -24,6 +26,8 @@ def test_an_error_in_a_kernel_is_short_and_has_no_machine_path(tmp_path: pathlib
         nbformat.v4.new_code_cell("import torch\ndef f(x):\n    return torch.cat(x, dim=3)"),
         nbformat.v4.new_code_cell("f([torch.ones(2)])", metadata={"tags": ["raises-exception"]}),
         nbformat.v4.new_code_cell("import warnings; warnings.warn('careful')"),
+        nbformat.v4.new_code_cell("raise ValueError(' '.join(f'word{i}' for i in range(60)))",
+                                  metadata={"tags": ["raises-exception"]}),
     ]
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -36,6 +40,18 @@ def test_an_error_in_a_kernel_is_short_and_has_no_machine_path(tmp_path: pathlib
     assert str(ROOT) not in traceback and tempfile.gettempdir() + "/" not in traceback
     (warning,) = nb.cells[3].outputs
     assert warning.name == "stderr" and warning.text == "UserWarning: careful\n"
+    (long,) = nb.cells[4].outputs
+    assert long.evalue == " ".join(f"word{i}" for i in range(60))  # compared whole
+    shown = [ANSI.sub("", line) for line in "\n".join(long.traceback).splitlines()]
+    assert max(map(len, shown)) <= notebook.OUTPUT_WIDTH < len(long.evalue)
+    assert " ".join(shown[shown.index("") + 1:]).split() == ["ValueError:", *long.evalue.split()]
+
+
+def test_wrap_lines_keeps_short_lines_and_indents_continuations() -> None:
+    url = "https://example.org/" + "x" * 120
+    assert notebook.wrap_lines("short\n  two", 20) == ["short", "  two"]
+    assert notebook.wrap_lines("  alpha beta gamma delta", 14) == ["  alpha beta", "    gamma", "    delta"]
+    assert notebook.wrap_lines(f"see {url}", 40) == ["see", f"  {url}"]  # a long word is kept whole
 
 
 def test_short_paths_makes_library_checkout_and_cell_paths_relative() -> None:

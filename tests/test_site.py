@@ -3,8 +3,9 @@ loaded from disk in headless Chromium with the network cut off.
 
 Checked on every page: nothing is fetched from outside the site folder (no CDN), no
 script error, every math element typeset by MathJax without a TeX error, every image
-loaded (plots as retina PNG, shown at a readable width), and no absolute machine path or
-full Python traceback in the text.
+loaded (plots as retina PNG, shown at a readable width), every stored output shown whole
+on a 1280-pixel screen (no output box that scrolls sideways), and no absolute machine
+path or full Python traceback in the text.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def test_every_page_renders_offline_in_chromium(site: pathlib.Path, browser) -> 
             elif "_images/" in src and (shown < 400 or natural < 1.5 * shown):
                 problems.append(f"{name}: plot {src} is {natural} px shown at {shown} px "
                                 "(want a retina PNG at least 400 px wide: tetrt_support.notebook.setup)")
+        for kind, widest in page.evaluate(
+                "[...document.querySelectorAll('.cell_output pre, .cell_output table')]"
+                ".filter(e => e.scrollWidth > e.clientWidth + 1)"
+                ".map(e => [e.tagName, e.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '')])"):
+            problems.append(f"{name}: a stored {kind.lower()} output is cut off at 1280 pixels: {widest[:100]!r}")
         text = page.inner_text("body")
         for forbidden in FORBIDDEN_TEXT:
             for match in re.finditer(re.escape(forbidden), text):

@@ -8,9 +8,9 @@ once crashed a compile here) and progress bars (they write to stderr).
 Stored errors are kept short and free of machine paths: a notebook shows the exception's
 type and message and the innermost frame of the notebook's own code, never the library
 frames, and absolute paths (the virtual environment's ``site-packages``, the checkout,
-the kernel's temporary cell files) are shown relative. nbval compares an error cell's
-exception name and message, not its traceback, so this changes what a reader sees and
-nothing of what a replay asserts.
+the kernel's temporary cell files) are shown relative, and long lines are wrapped to the
+page width (``OUTPUT_WIDTH``). nbval compares an error cell's exception name and message,
+not its traceback, so this changes what a reader sees and nothing of what a replay asserts.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ import shutil
 import site
 import sysconfig
 import tempfile
+import textwrap
 import warnings
 from types import TracebackType
 from typing import Any
+
+from tetrt_support.report.tables import OUTPUT_WIDTH  # the one page width: tables fit it, errors wrap to it
 
 _INDUCTOR_CACHE: str | None = None
 _CACHE_PREFIX = "tetrt-inductor-"
@@ -182,20 +185,43 @@ def _innermost_cell_frame(shell: Any, tb: TracebackType | None) -> tuple[str, in
     return where, lineno, linecache.getline(filename, lineno).rstrip()
 
 
+def wrap_lines(text: str, width: int = OUTPUT_WIDTH) -> list[str]:
+    """``text``'s lines, each longer than ``width`` wrapped at spaces, continued under its
+    own indentation plus two spaces (a word longer than a line, a URL say, is kept whole)."""
+    lines = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        lines += textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",
+                               break_long_words=False, break_on_hyphens=False) or [""]
+    return lines
+
+
 def format_short_exception(shell: Any, etype: type[BaseException], value: BaseException,
                            tb: TracebackType | None) -> list[str]:
-    """The exception's type and message, after the innermost frame of the notebook's code."""
+    """The exception's type and message, after the innermost frame of the notebook's code,
+    wrapped to :data:`OUTPUT_WIDTH` (the message nbval compares is the exception's, unwrapped)."""
     lines = []
     frame = _innermost_cell_frame(shell, tb)
     if frame is not None:
         where, lineno, source = frame
         lines.append(f"\x1b[36m{where}\x1b[39m")
         if source:
-            lines.append(f"\x1b[32m----> {lineno}\x1b[39m {source.strip()}")
+            arrow = f"----> {lineno} "
+            code = source.strip()
+            if len(arrow) + len(code) > OUTPUT_WIDTH:  # the whole line is in the cell just above
+                code = code[: OUTPUT_WIDTH - len(arrow) - 1] + "\u2026"
+            lines.append(f"\x1b[32m{arrow.rstrip()}\x1b[39m {code}")
         lines.append("")
     message = short_paths(str(value), shell)
-    lines.append(f"\x1b[31m{etype.__name__}\x1b[39m" + (f": {message}" if message else ""))
-    lines.extend(short_paths(str(note), shell) for note in getattr(value, "__notes__", ()))
+    name = etype.__name__
+    text = wrap_lines(f"{name}: {message}" if message else name)
+    text[0] = f"\x1b[31m{name}\x1b[39m" + text[0][len(name):]
+    lines += text
+    for note in getattr(value, "__notes__", ()):
+        lines += wrap_lines(short_paths(str(note), shell))
     return lines
 
 

@@ -34,9 +34,8 @@ def cuda_available() -> bool:
 
 
 def availability_line() -> str:
-    """One stable line saying which optional back ends this run can use and which it skips."""
-    parts = [f"cuda={'yes' if cuda_available() else 'no'}"]
-    parts += [f"{m}={'yes' if available(m) else 'no'}" for m in OPTIONAL_BACKENDS]
-    skipped = [m for m in ("cuda", *OPTIONAL_BACKENDS) if not (cuda_available() if m == "cuda" else available(m))]
-    tail = f"; skipped here: {', '.join(skipped)}" if skipped else ""
-    return "optional back ends: " + ", ".join(parts) + tail
+    """One stable line (short enough for a notebook page) naming the back ends this run can use and skips."""
+    names = ("cuda", *OPTIONAL_BACKENDS)
+    usable = [m for m in names if (cuda_available() if m == "cuda" else available(m))]
+    skipped = [m for m in names if m not in usable]
+    return f"optional back ends: usable here: {', '.join(usable) or 'none'}; skipped: {', '.join(skipped) or 'none'}"

@@ -62,12 +62,12 @@ def test_onnxruntime_support_follows_the_exporters_table():
         assert not onnx_translatable(op), op
 
 
-def test_tensor_inputs_only():
+def test_tensor_and_int_inputs_only():
     x = torch.randn(2, 3)
     block = make_fx(lambda x: x + 1)(x)
     for name in ("eager", "onnxruntime", "inductor"):
-        with pytest.raises(TypeError, match=f"{name} engine: block input 1 is a int; engine blocks take tensors only"):
-            get_engine(name).build(block, [x, 3])
+        with pytest.raises(TypeError, match=f"{name} engine: block input 1 is a float; engine blocks take tensors and ints"):
+            get_engine(name).build(block, [x, 3.0])
 
 
 def test_dynamic_dim_needs_an_example_of_size_two():

@@ -33,15 +33,17 @@ OPS = {
     "sqrt": torch.sqrt,
     "exp": torch.exp,
 }
-# Ops whose rule gives eager's answer for infinite and NaN inputs too. The others follow
-# glibc's C99 special-value tables (casin, clog1p, ...) only for finite inputs: the rules
-# use Kahan's finite formulas, and a table of limits per quadrant is not written yet.
-EXACT_AT_INFINITY = {"div", "reciprocal", "log2", "log10", "expm1", "rsqrt", "sgn", "repeat", "abs", "log"}
-
+# Every rule gives eager's answer at infinite and NaN inputs too: eager's CPU kernels follow
+# glibc's C99 Annex G tables (casin, cacosh, csqrt, cexp, ...) and c10's own log1p, which
+# the rules reproduce with where over isinf/isnan (tetrt_support.complex.special_values).
+EXACT_AT_INFINITY = set(OPS)
+# the functions whose rule carries a special-value table, run through a real engine below
+TABLED = ("asin", "acos", "atan", "asinh", "acosh", "atanh", "log1p", "exp", "sqrt")
 
 def _grid(dtype: torch.dtype, finite: bool) -> torch.Tensor:
     """Every pair of 0, -0, +-1, 0.5, -2.5, 3, 0.9999, tiny, the smallest normal, huge,
-    the largest float (and inf, -inf, NaN unless ``finite``) as (real, imag)."""
+    the largest float (and inf, -inf, NaN unless ``finite``) as (real, imag): with the
+    non-finite values, every row of the Annex G special-value tables."""
     real = dtype.to_real()
     info = torch.finfo(real)
     tiny, huge = (1e-30, 1e30) if real == torch.float32 else (1e-300, 1e300)
@@ -93,3 +95,29 @@ def test_division_does_not_overflow_where_torch_does_not(strategy: str) -> None:
     got = torch.view_as_complex(run(big, big))
     torch.testing.assert_close(got, torch.ones(2, dtype=torch.complex64))
     assert_same_as_eager(lambda a, b: a / b, run(big, big), big, big, rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_special_value_tables_run_in_one_onnxruntime_block(strategy: str) -> None:
+    """The tables are plain where/isinf/isnan/copysign: ONNX Runtime takes every tabled
+    rule in ONE engine block and returns eager's special values."""
+    import tetrt_support
+
+    def all_tabled(z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(OPS[name](z) for name in TABLED)
+
+    x = _grid(torch.complex64, finite=False)
+    program = torch.export.export(_Tabled(all_tabled), (x,), strict=False)
+    compiled = tetrt_support.compile(program, backend="onnxruntime", strategy=strategy)
+    assert compiled.blocks_summary().startswith("1 engine block, 0 fallback blocks"), compiled.blocks_summary()
+    for name, got, want in zip(TABLED, compiled(x), all_tabled(x)):
+        torch.testing.assert_close(got, want, rtol=_rtol(torch.complex64), atol=1e-6, equal_nan=True, msg=name)
+
+
+class _Tabled(torch.nn.Module):
+    def __init__(self, fn) -> None:  # noqa: ANN001
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.fn(z)

@@ -96,6 +96,7 @@ class Case:
     oracle: Callable[[torch.Tensor], Buffers]
     families: tuple[str, ...] = FAMILIES
     shape: tuple[int, ...] = (256, 512)
+    small: tuple[int, ...] | None = None  # the tests' shape (default: see small_shape)
 
 
 def ours(case: Case, x: torch.Tensor) -> Buffers:
@@ -121,53 +122,74 @@ def _blockwise(dim: int) -> Callable[[torch.Tensor], Buffers]:
         x2 = _np(x).reshape(-1, x.shape[-1]) if x.dim() else _np(x).reshape(1, 1)
         rd, rs = ref.blockwise(x2, _dtype_name(x), "e4m3", tile)
         cd, cs = ref.blockwise(np.ascontiguousarray(x2.T), _dtype_name(x), "e4m3", tile)
+        rs, cs = ref.blockwise_scale_buffer(rs, tile), ref.blockwise_scale_buffer(cs, tile)
         return {"_rowwise_data": rd, "_rowwise_scale_inv": rs, "_columnwise_data": cd, "_columnwise_scale_inv": cs}
 
     return oracle
 
 
-def _mxfp8(two_d: bool) -> Callable[[torch.Tensor], Buffers]:
+def _mxfp8(two_d: bool, swizzled: bool = False) -> Callable[[torch.Tensor], Buffers]:
     def oracle(x: torch.Tensor) -> Buffers:
         x2 = _np(x).reshape(-1, x.shape[-1])
         if two_d:
-            data, rs = ref.mxfp8(x2, "e4m3", "2d")
-            cs = np.repeat(rs[::32], 32, axis=1)
-            return {"_rowwise_data": data, "_rowwise_scale_inv": rs, "_columnwise_data": data, "_columnwise_scale_inv": cs}
-        rd, rs = ref.mxfp8(x2, "e4m3", "rowwise")
-        cd, cs = ref.mxfp8(x2, "e4m3", "columnwise")
+            rd, rs = ref.mxfp8(x2, "e4m3", "2d")
+            cd, cs = rd, np.repeat(rs[::32], 32, axis=1)
+        else:
+            rd, rs = ref.mxfp8(x2, "e4m3", "rowwise")
+            cd, cs = ref.mxfp8(x2, "e4m3", "columnwise")
+        rs = ref.microscale_buffer(rs, along_rows=False, swizzled=swizzled)
+        cs = ref.microscale_buffer(cs, along_rows=True, swizzled=swizzled)
         return {"_rowwise_data": rd, "_rowwise_scale_inv": rs, "_columnwise_data": cd, "_columnwise_scale_inv": cs}
 
     return oracle
 
 
-def _nvfp4(two_d: bool, with_rht: bool) -> Callable[[torch.Tensor], Buffers]:
+def _nvfp4(two_d: bool, with_rht: bool, *, swizzled: bool = False, **options) -> Callable[[torch.Tensor], Buffers]:
+    """``options``: te_reference.nvfp4's row_scaled / e4m3_max / four_over_six."""
+
     def oracle(x: torch.Tensor) -> Buffers:
         x2 = _np(x).reshape(-1, x.shape[-1])
         tile_rows = 16 if two_d else 1
-        rd, rs, ra = ref.nvfp4(x2, tile_rows)
+        rd, rs, ra = ref.nvfp4(x2, tile_rows, **options)
         x_t = np.ascontiguousarray(x2.T)
         if with_rht:
             x_t = ref.rht(x_t, _dtype_name(x))
-        cd, cs, ca = ref.nvfp4(x_t, tile_rows)
+        cd, cs, ca = ref.nvfp4(x_t, tile_rows, **options)
+        rs = ref.microscale_buffer(rs, along_rows=False, swizzled=swizzled)
+        cs = ref.microscale_buffer(cs, along_rows=False, swizzled=swizzled)
         return {"_rowwise_data": rd, "_rowwise_scale_inv": rs, "_columnwise_data": cd, "_columnwise_scale_inv": cs,
                 "_amax_rowwise": ra, "_amax_columnwise": ca}
 
     return oracle
 
 
-_NO_NAN = tuple(f for f in FAMILIES if f != "nan")  # E2M1 has no NaN; TE's reference leaves it undefined
+# NVFP4 with NaN input follows TE's kernels: the amaxes skip NaN (fmaxf / __hmax) and the
+# E2M1 conversion (cvt.satfinite) writes +6 for a NaN element. Under 4over6 a NaN makes
+# both candidates' error sums NaN, so ``err_map4 < err_map6`` is false and map-to-6 is kept
+# (quantize_4over6_nvfp4.cuh: ties and unordered compare select map-to-6).
 
 CASES = (
-    Case("FP8 current E4M3", lambda: Float8CurrentScalingQuantizer(columnwise_usage=True), _current(torch.float8_e4m3fn, False)),
-    Case("FP8 current E5M2", lambda: Float8CurrentScalingQuantizer(torch.float8_e5m2, columnwise_usage=True), _current(torch.float8_e5m2, False)),
-    Case("FP8 current E4M3 pow2", lambda: Float8CurrentScalingQuantizer(force_pow_2_scales=True, columnwise_usage=True), _current(torch.float8_e4m3fn, True)),
-    Case("FP8 block 1x128", lambda: Float8BlockQuantizer(columnwise_usage=True), _blockwise(1), shape=(200, 300)),
-    Case("FP8 block 128x128", lambda: Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True), _blockwise(2), shape=(200, 300)),
-    Case("MXFP8 1x32 / 32x1", lambda: MXFP8Quantizer(columnwise_usage=True), _mxfp8(False)),
-    Case("MXFP8 32x32", lambda: MXFP8Quantizer(with_2d_quantization=True, columnwise_usage=True), _mxfp8(True)),
-    Case("NVFP4 1x16", lambda: NVFP4Quantizer(columnwise_usage=True), _nvfp4(False, False), _NO_NAN),
-    Case("NVFP4 16x16", lambda: NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=True), _nvfp4(True, False), _NO_NAN),
-    Case("NVFP4 1x16 + RHT", lambda: NVFP4Quantizer(with_rht=True, columnwise_usage=True), _nvfp4(False, True), _NO_NAN),
+    Case("FP8 current E4M3", lambda: Float8CurrentScalingQuantizer(), _current(torch.float8_e4m3fn, False)),
+    Case("FP8 current E5M2", lambda: Float8CurrentScalingQuantizer(torch.float8_e5m2), _current(torch.float8_e5m2, False)),
+    Case("FP8 current E4M3 pow2", lambda: Float8CurrentScalingQuantizer(force_pow_2_scales=True), _current(torch.float8_e4m3fn, True)),
+    Case("FP8 block 1x128", lambda: Float8BlockQuantizer(block_scaling_dim=1), _blockwise(1), shape=(200, 300)),
+    Case("FP8 block 128x128", lambda: Float8BlockQuantizer(), _blockwise(2), shape=(200, 300)),
+    Case("MXFP8 1x32 / 32x1", lambda: MXFP8Quantizer(), _mxfp8(False)),
+    Case("MXFP8 1x32 / 32x1, 96 x 160 (padded)", lambda: MXFP8Quantizer(), _mxfp8(False), shape=(96, 160), small=(96, 160)),
+    Case("MXFP8 1x32 / 32x1, GEMM-swizzled", lambda: MXFP8Quantizer(optimize_for_gemm=True), _mxfp8(False, True),
+         shape=(160, 288), small=(160, 288)),
+    Case("MXFP8 32x32", lambda: MXFP8Quantizer(with_2d_quantization=True), _mxfp8(True)),
+    Case("NVFP4 1x16", lambda: NVFP4Quantizer(), _nvfp4(False, False), FAMILIES),
+    Case("NVFP4 1x16, GEMM-swizzled", lambda: NVFP4Quantizer(optimize_for_gemm=True), _nvfp4(False, False, swizzled=True),
+         FAMILIES, shape=(144, 80), small=(144, 80)),
+    Case("NVFP4 16x16", lambda: NVFP4Quantizer(with_2d_quantization=True), _nvfp4(True, False), FAMILIES),
+    Case("NVFP4 1x16 + RHT", lambda: NVFP4Quantizer(with_rht=True, with_post_rht_amax=True), _nvfp4(False, True), FAMILIES),
+    Case("NVFP4 1x16 row-scaled", lambda: NVFP4Quantizer(row_scaled_nvfp4=True), _nvfp4(False, False, row_scaled=True), FAMILIES),
+    Case("NVFP4 1x16 4over6 (MAE, 256)", lambda: NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256),
+         _nvfp4(False, False, four_over_six="MAE", e4m3_max=256), FAMILIES),
+    Case("NVFP4 16x16 4over6 (MSE, 448)", lambda: NVFP4Quantizer(nvfp4_use_4over6=True, with_2d_quantization=True,
+                                                                 nvfp4_4over6_err_mode="MSE"),
+         _nvfp4(True, False, four_over_six="MSE", e4m3_max=448), FAMILIES),
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
 
@@ -191,6 +213,8 @@ def compare(case: Case, x: torch.Tensor) -> dict[str, float]:
 
 def small_shape(case: Case) -> tuple[int, ...]:
     """A quarter of the case's shape (still partial blocks where the case has them): for tests."""
+    if case.small is not None:
+        return case.small
     return tuple(max(32, s // 2) for s in case.shape) if case.shape != (200, 300) else (130, 200)
 
 

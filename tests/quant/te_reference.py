@@ -186,6 +186,9 @@ def cast_to_fp4x2(v: np.ndarray) -> np.ndarray:
     ]
     for mask, code in bins:
         r[mask] = code
+    # NaN: the reference's bins leave code 0, but TE's kernels convert with cvt.satfinite,
+    # which turns a NaN into positive MAX_NORM (common/util/ptx.cuh): code 7. The kernel wins.
+    r[np.isnan(v)] = 7
     return (r[:, ::2] + r[:, 1::2] * 16).astype(np.uint8)
 
 
@@ -202,41 +205,144 @@ def rht(x_t: np.ndarray, input_dtype: str) -> np.ndarray:
     return out.astype(F32)
 
 
-def nvfp4(x: np.ndarray, tile_rows: int = 1):
-    """(packed codes (M, K/2), E4M3 scales (M, K/16), global amax (1,)) of one layout."""
+def nvfp4(x: np.ndarray, tile_rows: int = 1, *, row_scaled: bool = False, e4m3_max: int = 448,
+          four_over_six: str | None = None):
+    """(packed codes (M, K/2), E4M3 scales (M, K/16), global amax (1,) or (M,) row-scaled) of one layout.
+
+    ``row_scaled``: one global amax and encode scale per row (TE's ``row_scaled_nvfp4``).
+    ``four_over_six`` ("MAE"/"MSE"): ``_quantize_blockwise_4over6_reference`` -- two
+    candidates per block (decode scale x1.5 "map to 4", x1 "map to 6"), the one with the
+    strictly smaller input-domain error wins; ``e4m3_max`` 256 or 448 bounds the global scale.
+    """
     rows, cols = x.shape
     x = x.astype(F32)
-    global_amax = fmax_amax(x)
+    if row_scaled:
+        global_amax = fmax_amax(x, axis=1).astype(F32).reshape(rows, 1)
+    else:
+        global_amax = np.full((1, 1), fmax_amax(x), dtype=F32)
     with np.errstate(divide="ignore", over="ignore"):
-        s_enc = min(F32(448.0 * 6.0) / global_amax, FLT_MAX)
-    if s_enc == 0:
-        s_enc = F32(1.0)
-    s_dec = F32(1.0) / F32(s_enc)
-    multiplier = F32(s_enc) * (F32(1.0) / F32(6.0))
+        s_enc = np.minimum(F32(float(e4m3_max) * 6.0) / global_amax, FLT_MAX).astype(F32)
+    s_enc = np.where(s_enc == 0, F32(1.0), s_enc).astype(F32)
+    s_dec = (F32(1.0) / s_enc).astype(F32)
     padded_rows = -(-rows // tile_rows) * tile_rows
     padded = np.zeros((padded_rows, cols), dtype=F32)
     padded[:rows] = x
     tiles = padded.reshape(padded_rows // tile_rows, tile_rows, cols // 16, 16)
     vec_max = fmax_amax(tiles.transpose(0, 2, 1, 3).reshape(padded_rows // tile_rows, cols // 16, -1), axis=-1)
-    vec_max = np.repeat(vec_max, tile_rows, axis=0)[:rows]  # (M, K/16)
+    vec_max = np.repeat(vec_max, tile_rows, axis=0)[:rows].astype(F32)  # (M, K/16)
+    amax_out = global_amax.reshape(-1)
+    if four_over_six is not None:
+        codes, decode = _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_max, four_over_six)
+        return codes, decode, amax_out
+    multiplier = (s_enc * (F32(1.0) / F32(6.0))).astype(F32)
     with np.errstate(over="ignore"):
         decode = np.minimum(vec_max * multiplier, FLT_MAX)
     decode = np.clip(decode, -448.0, 448.0).astype(F32).astype(ml_dtypes.float8_e4m3fn)
+    return _nvfp4_encode(x, decode, s_dec), decode, amax_out
+
+
+def _nvfp4_encode(x: np.ndarray, decode: np.ndarray, s_dec: np.ndarray) -> np.ndarray:
+    rows, cols = x.shape
     with np.errstate(divide="ignore", over="ignore"):
         encode = np.minimum(F32(1.0) / (decode.astype(F32) * s_dec), FLT_MAX).astype(F32)
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = x.reshape(rows, cols // 16, 16) * encode[:, :, None]
-    clipped = np.clip(scaled, -6.0, 6.0).reshape(rows, cols).astype(F32)
-    return cast_to_fp4x2(clipped), decode, np.array([global_amax], dtype=F32)
+    return cast_to_fp4x2(np.clip(scaled, -6.0, 6.0).reshape(rows, cols).astype(F32))
 
 
-def nvfp4_dequantize(packed: np.ndarray, scales: np.ndarray, global_amax: np.float32) -> np.ndarray:
-    """dequantize_nvfp4.cuh: value * ((float(scale) * amax) * (1.0f / (6.0f * 448)))."""
-    table = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=F32)
-    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
-    factor = F32(1.0) / (F32(6.0) * F32(448.0))
-    final = (scales.astype(F32) * F32(global_amax)) * factor  # (M, K/16)
-    return table[codes] * np.repeat(final, 16, axis=1)
+E2M1_TABLE = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=F32)
+
+
+def _unpack(packed: np.ndarray) -> np.ndarray:
+    return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+
+
+def _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_max, mode):
+    rows, cols = x.shape
+    nb = cols // 16
+    base = ((vec_max / F32(6.0)).astype(F32) * s_enc).astype(F32)
+    denom = F32(6.0) * F32(float(e4m3_max))
+    results = []
+    for factor in (F32(1.5), None):
+        pre = (base * factor).astype(F32) if factor is not None else base
+        decode = np.clip(pre, -448.0, 448.0).astype(F32).astype(ml_dtypes.float8_e4m3fn)
+        packed = _nvfp4_encode(x, decode, s_dec)
+        values = E2M1_TABLE[_unpack(packed)].reshape(rows, nb, 16)
+        sf = decode.astype(F32)
+        err = np.zeros((rows, nb), dtype=F32)
+        xb = x.reshape(rows, nb, 16)
+        for i in range(16):  # element by element, in order, as TE's loop
+            v = (values[:, :, i] * sf).astype(F32)
+            v = (v * global_amax).astype(F32)
+            v = (v / denom).astype(F32)
+            d = (v - xb[:, :, i]).astype(F32)
+            err = (err + (d * d if mode == "MSE" else np.abs(d))).astype(F32)
+        results.append((packed, decode, err))
+    (p4, d4, e4), (p6, d6, e6) = results
+    if tile_rows > 1:  # TE's warp tree over a tile's 16 row errors: 8+8, 4+4, 2+2, 1+1
+        def tree(e):
+            t = e.reshape(rows // 16, 16, nb)
+            while t.shape[1] > 1:
+                h = t.shape[1] // 2
+                t = (t[:, :h] + t[:, h:]).astype(F32)
+            return np.repeat(t[:, 0], 16, axis=0)
+        e4, e6 = tree(e4), tree(e6)
+    pick4 = e4 < e6
+    codes = np.where(np.repeat(pick4, 8, axis=1), p4.reshape(rows, -1), p6.reshape(rows, -1)).astype(np.uint8)
+    decode = np.where(pick4, d4.view(np.uint8), d6.view(np.uint8)).view(ml_dtypes.float8_e4m3fn)
+    return codes, decode
+
+
+# ------------------------------------------------------------ TE's scale buffers
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def swizzled_index(i: np.ndarray, j: np.ndarray, tiles_x: int) -> np.ndarray:
+    """``gemm_swizzled_scale_idx`` (common/cast/mxfp8/swizzle.cuh): where scale (i, j) of a
+    (128 x 4)-tiled buffer lives in the GEMM-swizzled byte order."""
+    tile = 128 * 4
+    idx = ((i // 128) * tiles_x + j // 4) * tile
+    return idx + (i % 128 % 32) * 16 + (i % 128 // 32) * 4 + j % 4
+
+
+def microscale_buffer(compact: np.ndarray, *, along_rows: bool, swizzled: bool) -> np.ndarray:
+    """The scale buffer TE allocates (``get_scale_shape``: (128, 4) multiples, or (4, 128)
+    for MXFP8's column-wise scales), valid region in place, padding zero; swizzled: the
+    bytes in ``gemm_swizzled_scale_idx`` order (column-wise: over the (K, M/32) transpose,
+    as ``swizzle_col_scaling_kernel`` reads them)."""
+    raw = np.ascontiguousarray(compact).view(np.uint8)
+    r, c = raw.shape
+    shape = (_round_up(r, 4), _round_up(c, 128)) if along_rows else (_round_up(r, 128), _round_up(c, 4))
+    out = np.zeros(shape, dtype=np.uint8)
+    out[:r, :c] = raw
+    if swizzled:
+        mat = out.T if along_rows else out
+        i, j = np.indices(mat.shape)
+        flat = np.zeros(mat.size, dtype=np.uint8)
+        flat[swizzled_index(i, j, mat.shape[1] // 4).reshape(-1)] = mat.reshape(-1)
+        out = flat.reshape(shape)
+    return out.view(compact.dtype)
+
+
+def blockwise_scale_buffer(compact: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
+    """``Float8BlockQuantizer.get_scale_shape`` (GEMM-ready): 1 x 128 scales transposed,
+    (K/128, roundup(M, 4)); 128 x 128 ones (M/128, roundup(K/128, 4)); padding zero."""
+    oriented = compact.T if tile[0] == 1 else compact
+    r, c = oriented.shape
+    out = np.zeros((r, _round_up(c, 4)), dtype=F32)
+    out[:, :c] = oriented
+    return out
+
+
+def nvfp4_dequantize(packed: np.ndarray, scales: np.ndarray, global_amax, e4m3_max: int = 448) -> np.ndarray:
+    """dequantize_nvfp4.cuh: value * ((float(scale) * amax) * (1.0f / (6.0f * E4M3_MAX))),
+    amax one value or one per row (row-scaled)."""
+    codes = _unpack(packed)
+    factor = F32(1.0) / (F32(6.0) * F32(float(e4m3_max)))
+    amax = np.asarray(global_amax, dtype=F32).reshape(-1, 1)
+    final = ((scales.astype(F32) * amax).astype(F32) * factor).astype(F32)  # (M, K/16)
+    return E2M1_TABLE[codes] * np.repeat(final, 16, axis=1)
 
 
 def mxfp8_dequantize(data: np.ndarray, scales: np.ndarray, tile: tuple[int, int]) -> np.ndarray:

@@ -53,8 +53,8 @@ def make_model(cls: type[Quantizer]):
 CASES = {
     Float8CurrentScalingQuantizer: (Float8CurrentScalingQuantizer(), Float8CurrentScalingQuantizer(torch.float8_e5m2)),
     Float8BlockQuantizer: (Float8BlockQuantizer(), Float8BlockQuantizer(force_pow_2_scales=False)),
-    MXFP8Quantizer: (MXFP8Quantizer(), MXFP8Quantizer(columnwise_usage=True)),
-    NVFP4Quantizer: (NVFP4Quantizer(with_rht=True), NVFP4Quantizer(with_rht=True, rht_sign_mask=0x0F0F)),
+    MXFP8Quantizer: (MXFP8Quantizer(columnwise_usage=False), MXFP8Quantizer()),
+    NVFP4Quantizer: (NVFP4Quantizer(with_rht=True, with_post_rht_amax=True), NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=0x0F0F)),
 }
 BACKEND_CASES = [(cls, backend) for cls in VALUE_QUANTIZERS for backend in ("eager", "aot_eager")] + [
     (MXFP8Quantizer, "inductor"),
@@ -92,7 +92,7 @@ def test_graph_code_rebuilds_the_quantizer_from_its_value() -> None:
         codes.append(gm.code)
         return gm
 
-    q = NVFP4Quantizer(with_rht=True)
+    q = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)
     torch.compile(make_model(NVFP4Quantizer), backend=capture, fullgraph=True)(torch.randn(16, 32), q)
     (code,) = codes
     assert "tetrt_rebuild_quantizer(tetrt_q_tetrt_support_quant_nvfp4_tensor_NVFP4Quantizer" in code

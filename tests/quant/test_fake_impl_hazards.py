@@ -16,7 +16,7 @@ from tetrt_support.quant.recipes import RECIPES, get_recipe
 @pytest.mark.parametrize("recipe", ["fp8_current", "nvfp4"])
 def test_custom_op_returning_the_subclass_yields_fake_data_under_aot_eager(recipe: str) -> None:
     quantizer = get_recipe(recipe).input()
-    x = torch.randn(8, 64)
+    x = torch.randn(32, 64)
     eager = hazards.quantize_returning_subclass(quantizer, x, "eager")
     assert not any(isinstance(b, FakeTensor) for b in eager.inner_buffers().values())
     torch.testing.assert_close(eager.dequantize(), quantizer.quantize(x).dequantize(), rtol=0, atol=0)
@@ -27,7 +27,7 @@ def test_custom_op_returning_the_subclass_yields_fake_data_under_aot_eager(recip
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_tensor_flatten_in_the_trace_breaks_the_graph(recipe: str) -> None:
-    tensor = get_recipe(recipe).input().quantize(torch.randn(8, 64))
+    tensor = get_recipe(recipe).input().quantize(torch.randn(32, 64))
     with pytest.raises(Unsupported, match=r"torch\.\* op returned non-Tensor"):
         hazards.flatten_in_trace(tensor)
 
@@ -35,7 +35,7 @@ def test_tensor_flatten_in_the_trace_breaks_the_graph(recipe: str) -> None:
 @pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
 def test_both_strategies_flatten_the_same_tensor_in_the_trace(fake_impl: str) -> None:
     quantizer = get_recipe("mxfp8").input()
-    x = torch.randn(8, 64)
+    x = torch.randn(32, 64)
     tensor = make_empty_traceable(quantizer, x.shape, x.dtype)  # carries the stash for make_empty_traceable
     tensor.copy_(x)  # re-quantizes into the buffers
     strategy = get_strategy(fake_impl)
@@ -46,7 +46,7 @@ def test_both_strategies_flatten_the_same_tensor_in_the_trace(fake_impl: str) ->
 
 def test_make_empty_inside_the_trace_is_not_traceable() -> None:
     with pytest.raises(Unsupported, match="Failed to convert args/kwargs to proxy"):
-        hazards.make_empty_in_trace(get_recipe("fp8_current").input(), torch.randn(8, 64))
+        hazards.make_empty_in_trace(get_recipe("fp8_current").input(), torch.randn(32, 64))
 
 
 def test_a_custom_op_may_not_return_its_cached_input() -> None:
@@ -57,7 +57,7 @@ def test_a_custom_op_may_not_return_its_cached_input() -> None:
 @pytest.mark.parametrize("recipe", ["fp8_current", "mxfp8", "nvfp4"])
 def test_only_the_descriptor_can_be_made_inside_the_trace(recipe: str) -> None:
     quantizer = get_recipe(recipe).input()
-    x = torch.randn(8, 64)
+    x = torch.randn(32, 64)
     rebuilt = hazards.template_and_reassemble_in_trace("tensor_proto", quantizer, x, "aot_eager")
     torch.testing.assert_close(rebuilt.dequantize(), quantizer.quantize(x).dequantize(), rtol=0, atol=0)
     with pytest.raises(Unsupported, match="Failed to convert args/kwargs to proxy"):
@@ -69,4 +69,4 @@ def test_describing_inside_the_trace_trips_dynamo_on_a_property_of_the_quantizer
     quantizer inside a trace fails an internal Dynamo assertion -- why the Linear hands
     its TensorProto in from outside the trace (``flat_buffers(..., like=...)``)."""
     with pytest.raises(AssertionError, match="cls_source must not be None for MRO walk"):
-        hazards.template_and_reassemble_in_trace("tensor_proto", get_recipe("fp8_block").input(), torch.randn(8, 64))
+        hazards.template_and_reassemble_in_trace("tensor_proto", get_recipe("fp8_block").input(), torch.randn(32, 64))

@@ -109,12 +109,12 @@ def test_fake_buffers_match_real_and_reassemble_round_trips(recipe: str, fake_im
 def test_reassemble_names_a_wrong_buffer_count_or_shape(fake_impl: str) -> None:
     strategy = get_strategy(fake_impl)
     quantizer = get_recipe("mxfp8").input()
-    template = strategy.fake_quantized(quantizer, (16, 64), torch.float32, torch.device("meta"))
-    flat = flatten_quantized(quantizer.quantize(torch.randn(16, 64)))
-    with pytest.raises(ValueError, match=r"has 2 buffers .*got 1 tensors"):
+    template = strategy.fake_quantized(quantizer, (32, 64), torch.float32, torch.device("meta"))
+    flat = flatten_quantized(quantizer.quantize(torch.randn(32, 64)))  # TE's default: both usages, 4 buffers
+    with pytest.raises(ValueError, match=r"has 4 buffers .*got 1 tensors"):
         strategy.reassemble(template, flat[:1])
-    with pytest.raises(ValueError, match=r"buffer _rowwise_data should be \(16, 64\)"):
-        strategy.reassemble(template, [flat[0][:8], flat[1]])
+    with pytest.raises(ValueError, match=r"buffer _rowwise_data should be \(32, 64\)"):
+        strategy.reassemble(template, [flat[0][:8], *flat[1:]])
 
 
 def test_make_empty_traceable_stashes_flatten_names_and_context() -> None:
@@ -128,14 +128,17 @@ def test_flat_buffers_refuses_a_tensor_without_the_stash() -> None:
     t = get_recipe("fp8_current").input().quantize(torch.randn(4, 64))
     with pytest.raises(TypeError, match="carries no _te_flat_names"):
         get_strategy("make_empty_traceable").flat_buffers(t)
-    assert len(get_strategy("tensor_proto").flat_buffers(t)) == 2  # the proto needs no stash
+    assert len(get_strategy("tensor_proto").flat_buffers(t)) == 3  # data, transpose, scale_inv; no stash needed
 
 
 def test_tensor_proto_describes_without_allocating() -> None:
     proto = TensorProto.describe(get_recipe("nvfp4").input(), (16, 64), torch.bfloat16)
-    assert proto.names == ("_rowwise_data", "_rowwise_scale_inv", "_amax_rowwise")
-    assert proto.slot_count == 3
-    assert [b.shape for b in proto.buffers] == [(16, 32), (16, 4), (1,)]
+    assert proto.names == (
+        "_rowwise_data", "_rowwise_scale_inv", "_columnwise_data", "_columnwise_scale_inv", "_amax_rowwise", "_amax_columnwise",
+    )
+    assert proto.slot_count == 6
+    # scales as TE allocates them: rows padded to 128, scale columns to 4
+    assert [b.shape for b in proto.buffers] == [(16, 32), (128, 4), (64, 8), (128, 4), (1,), (1,)]
 
 
 def test_bad_recipe_and_fake_impl_names_are_named() -> None:

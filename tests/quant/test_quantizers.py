@@ -82,7 +82,7 @@ def activations() -> torch.Tensor:
     "quantizer, reference, rel_rms_bound",
     [
         (Float8CurrentScalingQuantizer(), ref_current, 0.04),
-        (Float8BlockQuantizer(), lambda a: ref_block(a, 1, 128), 0.04),
+        (Float8BlockQuantizer(block_scaling_dim=1), lambda a: ref_block(a, 1, 128), 0.04),
         (Float8BlockQuantizer(block_scaling_dim=2), lambda a: ref_block(a, 128, 128), 0.04),
         (MXFP8Quantizer(), ref_mxfp8, 0.04),
         (NVFP4Quantizer(), ref_nvfp4, 0.15),
@@ -99,17 +99,19 @@ def test_matches_independent_reference(quantizer, reference, rel_rms_bound: floa
 
 def test_mxfp8_scales_are_exact_powers_of_two_rounded_up(activations: torch.Tensor) -> None:
     t = MXFP8Quantizer().quantize(activations)
-    assert t._rowwise_scale_inv.dtype == torch.uint8 and t._rowwise_scale_inv.shape == (64, 8)
+    # TE's buffer: 64 rows padded to 128 (zeros); the 64 x 8 valid region holds the exponents
+    assert t._rowwise_scale_inv.dtype == torch.uint8 and t._rowwise_scale_inv.shape == (128, 8)
+    assert not t._rowwise_scale_inv[64:].any()
     block_amax = activations.abs().reshape(64, 8, 32).amax(-1).double()
     expected = torch.ceil(torch.log2(block_amax / 448.0)).to(torch.int64) + 127
-    assert torch.equal(t._rowwise_scale_inv.long(), expected)
+    assert torch.equal(t._quantizer.compact_scale_inv(t, "rowwise").long(), expected)
     assert t._rowwise_data.float().abs().max().item() <= 448.0
 
 
 def test_nvfp4_layout_and_global_scale(activations: torch.Tensor) -> None:
     t = NVFP4Quantizer(columnwise_usage=True).quantize(activations)
     assert t._rowwise_data.shape == (64, 128) and t._rowwise_data.dtype == torch.uint8
-    assert t._rowwise_scale_inv.shape == (64, 16) and t._rowwise_scale_inv.dtype == torch.float8_e4m3fn
+    assert t._rowwise_scale_inv.shape == (128, 16) and t._rowwise_scale_inv.dtype == torch.float8_e4m3fn  # rows padded to 128
     assert t._columnwise_data.shape == (256, 32) and t._columnwise_scale_inv.shape == (256, 4)
     assert t._amax_rowwise.item() == activations.abs().max().item() == t._amax_columnwise.item()
     assert t._rowwise_scale_inv.float().max().item() == 448.0  # the largest block maps onto E4M3's max
@@ -119,11 +121,11 @@ def test_nvfp4_hadamard_round_trips_and_spreads_outliers() -> None:
     x = torch.randn(32, 64) * 0.1
     x[:, 5] = 30.0  # one outlier column: without RHT its blocks' other 15 values flush to 0
     plain = NVFP4Quantizer().quantize(x).dequantize()
-    rht = NVFP4Quantizer(with_rht=True).quantize(x).dequantize()
+    rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(x).dequantize()
     err_plain = (plain - x).norm() / x.norm()
     err_rht = (rht - x).norm() / x.norm()
     assert err_rht < 0.2 and err_plain < 0.2
-    torch.testing.assert_close(NVFP4Quantizer(with_rht=True).quantize(x * 0).dequantize(), x * 0)
+    torch.testing.assert_close(NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(x * 0).dequantize(), x * 0)
 
 
 @pytest.mark.parametrize("cls", ALL_QUANTIZERS, ids=lambda c: c.__name__)
@@ -171,9 +173,9 @@ def test_inf_saturates_and_nan_stays_in_its_element(cls) -> None:
     out = t.dequantize()
     if cls is NVFP4Quantizer:
         # Encoded with S = 1 (S = 2688 / inf = 0 -> 1): the inf saturates to code 7, the NaN
-        # is code 0 (E2M1 has no NaN) ...
+        # too (E2M1 has no NaN; TE's kernels write +6) ...
         codes = numerics.unpack_fp4(t._rowwise_data)
-        assert codes[0, 0].item() == 7 and codes[1, 1].item() == 15 and codes[2, 2].item() == 0
+        assert codes[0, 0].item() == 7 and codes[1, 1].item() == 15 and codes[2, 2].item() == 7
         # ... and TE's dequantize kernel multiplies by the stored amax, inf: nothing finite remains.
         assert out[0, 0].item() == math.inf and out[1, 1].item() == -math.inf
         assert not torch.isfinite(out).any()
@@ -233,23 +235,24 @@ def test_bad_inputs_raise_clear_errors() -> None:
     with pytest.raises(TypeError, match="input dtype must be one of"):
         MXFP8Quantizer().quantize(torch.ones(4, 32, dtype=torch.float64))
     with pytest.raises(ValueError, match="at least one of rowwise_usage/columnwise_usage"):
-        MXFP8Quantizer(rowwise_usage=False)
+        MXFP8Quantizer(rowwise_usage=False, columnwise_usage=False)
     with pytest.raises(ValueError, match="fp8_dtype must be one of"):
         Float8BlockQuantizer(torch.bfloat16)
     with pytest.raises(TypeError, match="unexpected keyword argument 'amax_reduction_group'"):
-        MXFP8Quantizer().quantize(torch.ones(4, 32), amax_reduction_group=None)
+        MXFP8Quantizer().quantize(torch.ones(32, 32), amax_reduction_group=None)
 
 
 def test_block_quantizer_accepts_partial_blocks() -> None:
     x = torch.randn(130, 200)
     t = Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True).quantize(x)
-    assert t._rowwise_scale_inv.shape == (2, 2) and t._columnwise_scale_inv.shape == (2, 2)
+    assert t._rowwise_scale_inv.shape == (2, 4) and t._columnwise_scale_inv.shape == (2, 4)  # TE pads the inner dim to 4
+    assert t._quantizer.compact_scale_inv(t, "rowwise").shape == (2, 2)
     np.testing.assert_allclose(t.dequantize().numpy(), ref_block(x.numpy(), 128, 128), rtol=1e-6, atol=1e-7)
 
 
 class TestQuantizedTensorDispatch:
     def test_detach_clone_to_stay_quantized(self) -> None:
-        t = MXFP8Quantizer().quantize(torch.randn(4, 64))
+        t = MXFP8Quantizer().quantize(torch.randn(32, 64))
         for derived in (t.detach(), t.clone(), t.to(torch.bfloat16)):
             assert type(derived) is type(t) and derived.shape == t.shape
         assert t.to(torch.bfloat16).dtype == torch.bfloat16
@@ -258,11 +261,11 @@ class TestQuantizedTensorDispatch:
         assert torch.equal(t.clone().dequantize(), t.dequantize())
 
     def test_other_ops_run_on_the_dequantized_value(self) -> None:
-        t = NVFP4Quantizer().quantize(torch.randn(4, 64))
+        t = NVFP4Quantizer().quantize(torch.randn(16, 64))
         out = t + 1
         assert type(out) is torch.Tensor and torch.equal(out, t.dequantize() + 1)
         assert torch.equal(t[1:3], t.dequantize()[1:3])
-        assert torch.equal(t.reshape(2, 128), t.dequantize().reshape(2, 128))
+        assert torch.equal(t.reshape(8, 128), t.dequantize().reshape(8, 128))
         assert torch.equal(torch.nn.functional.linear(t, torch.eye(64)), t.dequantize() @ torch.eye(64))
 
     def test_inplace_on_quantized_raises_and_copy_requantizes(self) -> None:
@@ -274,7 +277,7 @@ class TestQuantizedTensorDispatch:
         assert torch.equal(t.dequantize(), Float8CurrentScalingQuantizer().quantize(new).dequantize())
 
     def test_flatten_unflatten_round_trip(self) -> None:
-        t = NVFP4Quantizer(with_rht=True, columnwise_usage=True).quantize(torch.randn(16, 32))
+        t = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, columnwise_usage=True).quantize(torch.randn(16, 32))
         names, ctx = t.__tensor_flatten__()
         rebuilt = type(t).__tensor_unflatten__({n: getattr(t, n) for n in names}, ctx, t.shape, t.stride())
         assert isinstance(rebuilt, QuantizedTensor) and torch.equal(rebuilt.dequantize(), t.dequantize())
@@ -294,8 +297,8 @@ class TestQuantizedTensorDispatch:
 def test_fp8_error_is_at_most_half_an_e4m3_step(values: list[float], cls) -> None:
     """Every element lands on the nearest E4M3 grid point of its (block) scale: error <= half a step."""
     x = torch.tensor([values])
-    t = cls().quantize(x)
-    scale_inv = numerics.e8m0_to_float(t._rowwise_scale_inv) if cls is MXFP8Quantizer else t._scale_inv
+    t = cls(columnwise_usage=False).quantize(x)  # one row: row-wise only (column-wise MXFP8 needs 32 rows)
+    scale_inv = numerics.e8m0_to_float(t._quantizer.compact_scale_inv(t, "rowwise")) if cls is MXFP8Quantizer else t._scale_inv
     scaled = (x / scale_inv).abs()  # magnitude on the E4M3 grid
     exponent = torch.floor(torch.log2(scaled.clamp_min(2.0**-6)))  # subnormals share the 2**-6 binade's step
     half_step = torch.ldexp(torch.ones_like(scaled), (exponent - 4).int()) * scale_inv  # 3 mantissa bits
@@ -314,11 +317,11 @@ def test_nvfp4_rht_is_rotate_along_m_then_quantize_the_transpose(activations: to
     x_t = activations.t().contiguous()  # (K, M): the column-wise operand, RHT along M
     rotated = (x_t.double().reshape(256, -1, 16) @ rotation.double()).reshape(256, 64).float()  # rounded once
     plain = NVFP4Quantizer().quantize(rotated)
-    rht = NVFP4Quantizer(with_rht=True, rht_sign_mask=mask, rowwise_usage=False, columnwise_usage=True).quantize(activations)
+    rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask, rowwise_usage=False, columnwise_usage=True).quantize(activations)
     assert torch.equal(rht._columnwise_data, plain._rowwise_data)
     assert torch.equal(rht._columnwise_scale_inv.view(torch.uint8), plain._rowwise_scale_inv.view(torch.uint8))
     assert torch.equal(rht._amax_columnwise, plain._amax_rowwise)
     unrotated = (plain.dequantize().reshape(256, -1, 16) @ rotation.t()).reshape(256, 64).t()
     torch.testing.assert_close(rht.dequantize(), unrotated, rtol=1e-6, atol=1e-6)
-    rowwise = NVFP4Quantizer(with_rht=True, rht_sign_mask=mask).quantize(activations)
+    rowwise = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask).quantize(activations)
     assert torch.equal(rowwise._rowwise_data, NVFP4Quantizer().quantize(activations)._rowwise_data)  # row-wise: no RHT

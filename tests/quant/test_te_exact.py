@@ -19,6 +19,11 @@ from tetrt_support.quant import (
     numerics,
 )
 
+def compact(t, layout: str = "rowwise") -> torch.Tensor:
+    """The valid region of a tensor's scales (TE's padding and swizzling undone)."""
+    return t._quantizer.compact_scale_inv(t, layout)
+
+
 PAIRS = [(case, fam) for case in te_cases.CASES for fam in case.families]
 
 
@@ -62,14 +67,14 @@ def test_divergence_2_nvfp4_block_scale_folds_one_sixth_into_the_global_scale() 
     x[0, 0], x[0, 1] = 0.796875, 0.07470703125  # global amax, then a block of its own below
     x = torch.cat([x, torch.zeros(1, 16, dtype=torch.bfloat16)], dim=1)
     x[0, 16] = 0.07470703125
-    t = NVFP4Quantizer().quantize(x)
+    t = NVFP4Quantizer(columnwise_usage=False).quantize(x)  # one row: row-wise only
     assert t._rowwise_scale_inv.float()[0, 1].item() == 44.0  # TE; the two-rounding formula gives 40
     codes, scales, _ = te_reference.nvfp4(x.float().numpy())
     assert np.array_equal(t._rowwise_data.numpy(), codes)
     # Encode scale min(1 / (s * (1/S)), FLT_MAX), not S / s: a tie that falls the other way.
     y = torch.zeros(1, 32, dtype=torch.bfloat16)
     y[0, 0], y[0, 16], y[0, 17] = 6.375, 1.1875, 0.33203125
-    codes = numerics.unpack_fp4(NVFP4Quantizer().quantize(y)._rowwise_data)
+    codes = numerics.unpack_fp4(NVFP4Quantizer(columnwise_usage=False).quantize(y)._rowwise_data)
     assert codes[0, 17].item() == 3  # 1.5; S / s puts x * encode exactly on the 1.75 tie -> 2.0
 
 
@@ -77,12 +82,12 @@ def test_divergence_3_nvfp4_zero_scale_blocks_saturate_and_negative_zero_is_code
     x = torch.zeros(1, 32)
     x[0, 0] = 1e6  # the global amax
     x[0, 16], x[0, 17], x[0, 18] = 1e-6, -1e-6, -0.0  # a block whose E4M3 scale rounds to 0
-    t = NVFP4Quantizer().quantize(x)
+    t = NVFP4Quantizer(columnwise_usage=False).quantize(x)
     assert t._rowwise_scale_inv.float()[0, 1].item() == 0.0
     codes = numerics.unpack_fp4(t._rowwise_data)[0]
     assert codes[16].item() == 7 and codes[17].item() == 15  # encoded with FLT_MAX: +-6
     assert codes[18].item() == 0 and codes[19].item() == 0  # -0.0 and 0.0 are both code 0
-    assert numerics.e2m1_encode(torch.tensor([-0.0, -0.1, math.nan])).tolist() == [0, 8, 0]
+    assert numerics.e2m1_encode(torch.tensor([-0.0, -0.1, math.nan])).tolist() == [0, 8, 7]  # NaN: see the NaN test
 
 
 @pytest.mark.parametrize("bad", [0.0, math.inf, math.nan])
@@ -115,15 +120,15 @@ def test_divergence_5_blockwise_scale_overflow_uses_the_input_dtype_max() -> Non
         return torch.reciprocal(torch.tensor(value, dtype=torch.float32)).item()
 
     t = Float8BlockQuantizer(force_pow_2_scales=False).quantize(x)
-    assert t._rowwise_scale_inv.item() == inverse_of(torch.finfo(torch.bfloat16).max)
+    assert t._rowwise_scale_inv[0, 0].item() == inverse_of(torch.finfo(torch.bfloat16).max)
     t32 = Float8BlockQuantizer(force_pow_2_scales=False).quantize(x.float())
-    assert t32._rowwise_scale_inv.item() == inverse_of(torch.finfo(torch.float32).max)
+    assert t32._rowwise_scale_inv[0, 0].item() == inverse_of(torch.finfo(torch.float32).max)
 
 
 def test_divergence_6_rht_on_the_columnwise_operand_only_in_bf16_with_te_signs() -> None:
     assert NVFP4Quantizer().rht_sign_mask == numerics.sign_mask_from_signs(tuple(te_reference.WGRAD_SIGNS.astype(int)))
     x = torch.randn(32, 64, dtype=torch.bfloat16)
-    with_rht = NVFP4Quantizer(with_rht=True, columnwise_usage=True).quantize(x)
+    with_rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, columnwise_usage=True).quantize(x)
     plain = NVFP4Quantizer(columnwise_usage=True).quantize(x)
     assert torch.equal(with_rht._rowwise_data, plain._rowwise_data)  # row-wise untouched
     assert not torch.equal(with_rht._columnwise_data, plain._columnwise_data)
@@ -133,15 +138,17 @@ def test_divergence_6_rht_on_the_columnwise_operand_only_in_bf16_with_te_signs()
 
 
 def test_divergence_7_mxfp8_columnwise_keeps_the_mk_layout() -> None:
-    t = MXFP8Quantizer(columnwise_usage=True).quantize(torch.randn(64, 96))
-    assert tuple(t._columnwise_data.shape) == (64, 96) and tuple(t._columnwise_scale_inv.shape) == (2, 96)
-    assert tuple(t._rowwise_scale_inv.shape) == (64, 3)
+    t = MXFP8Quantizer().quantize(torch.randn(64, 96))
+    assert tuple(t._columnwise_data.shape) == (64, 96) and tuple(compact(t, "columnwise").shape) == (2, 96)
+    assert tuple(compact(t).shape) == (64, 3)
+    # TE's allocation (get_scale_shape): row-wise padded to (128, 4) multiples, column-wise to (4, 128)
+    assert tuple(t._rowwise_scale_inv.shape) == (128, 4) and tuple(t._columnwise_scale_inv.shape) == (4, 128)
 
 
 def test_divergence_10_mxfp8_block_amax_ignores_nan() -> None:
     x = torch.randn(1, 64)
     x[0, 3] = math.nan
-    t = MXFP8Quantizer().quantize(x)
+    t = MXFP8Quantizer(columnwise_usage=False).quantize(x)
     assert t._rowwise_scale_inv[0, 0].item() != numerics.E8M0_NAN
     out = t.dequantize()
     assert math.isnan(out[0, 3]) and torch.isfinite(out[0, :3]).all() and torch.isfinite(out[0, 4:]).all()
@@ -163,15 +170,15 @@ def test_mxfp8_reciprocal_product_gives_the_same_exponent_as_the_division(fp8_dt
 
 # -------------------------------------------------------------- additions
 def test_nvfp4_2d_weight_blocks_share_one_scale_per_16x16_tile() -> None:
-    t = NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=True).quantize(torch.randn(64, 64) * 5)
-    s = t._rowwise_scale_inv.float()
+    t = NVFP4Quantizer(with_2d_quantization=True).quantize(torch.randn(64, 64) * 5)
+    s = compact(t).float()
     assert torch.equal(s, s[::16].repeat_interleave(16, 0))
-    assert torch.equal(t._columnwise_scale_inv.float(), s[::16].t().repeat_interleave(16, 0))  # the same tiles, transposed
+    assert torch.equal(compact(t, "columnwise").float(), s[::16].t().repeat_interleave(16, 0))  # the same tiles, transposed
 
 
 def test_mxfp8_2d_blocks_share_one_scale_per_32x32_tile_in_both_layouts() -> None:
-    t = MXFP8Quantizer(with_2d_quantization=True, columnwise_usage=True).quantize(torch.randn(64, 96) * 5)
-    row, col = t._rowwise_scale_inv, t._columnwise_scale_inv
+    t = MXFP8Quantizer(with_2d_quantization=True).quantize(torch.randn(64, 96) * 5)
+    row, col = compact(t), compact(t, "columnwise")
     assert torch.equal(row, row[::32].repeat_interleave(32, 0))
     assert torch.equal(col, row[::32].repeat_interleave(32, 1))
     assert torch.equal(t._rowwise_data.view(torch.uint8), t._columnwise_data.view(torch.uint8))
@@ -242,7 +249,10 @@ SWEEP = {  # case name -> (shape, NaN allowed)
     "FP8 current E4M3": ((8, 16), True), "FP8 current E5M2 ": ((8, 16), True),
     "FP8 block 1x128": ((3, 130), True), "FP8 block 128x128": ((130, 3), True),
     "MXFP8 1x32 / 32x1": ((32, 64), True), "MXFP8 32x32": ((32, 64), True),
-    "NVFP4 1x16": ((16, 32), False), "NVFP4 16x16": ((16, 32), False), "NVFP4 1x16 + RHT": ((16, 32), False),
+    "MXFP8 1x32 / 32x1, GEMM-swizzled": ((32, 64), True),
+    "NVFP4 1x16": ((16, 32), True), "NVFP4 16x16": ((16, 32), True), "NVFP4 1x16 + RHT": ((16, 32), True),
+    "NVFP4 1x16, GEMM-swizzled": ((16, 32), True), "NVFP4 1x16 row-scaled": ((16, 32), True),
+    "NVFP4 1x16 4over6 (MAE, 256)": ((16, 32), True), "NVFP4 16x16 4over6 (MSE, 448)": ((16, 32), True),
 }
 
 
@@ -263,12 +273,12 @@ def test_dequantize_is_tes_formula_bit_for_bit(dtype: str) -> None:
     e2m1 * ((scale * amax) * (1/2688)) (NVFP4), rounded to the output dtype."""
     x = te_cases.family("outliers", (64, 128), te_cases.DTYPES[dtype], seed=5)
     t = NVFP4Quantizer().quantize(x)
-    want = te_reference.nvfp4_dequantize(t._rowwise_data.numpy(), t._rowwise_scale_inv.float().numpy(), t._amax_rowwise.item())
+    want = te_reference.nvfp4_dequantize(t._rowwise_data.numpy(), compact(t).float().numpy(), t._amax_rowwise.item())
     assert np.array_equal(t.dequantize(torch.float32).numpy(), want)
     assert torch.equal(t.dequantize(), torch.from_numpy(want).to(x.dtype))
     m = MXFP8Quantizer(columnwise_usage=True).quantize(x)
     for layout, tile in (("rowwise", (1, 32)), ("columnwise", (32, 1))):
-        data, scale = getattr(m, f"_{layout}_data"), getattr(m, f"_{layout}_scale_inv")
+        data, scale = getattr(m, f"_{layout}_data"), compact(m, layout)
         want = te_reference.mxfp8_dequantize(data.float().numpy(), scale.numpy(), tile)
         assert np.array_equal(m.dequantize(torch.float32, layout=layout).numpy(), want)
     f = Float8CurrentScalingQuantizer().quantize(x)
@@ -279,8 +289,149 @@ def test_dequantize_is_tes_formula_bit_for_bit(dtype: str) -> None:
 def test_nvfp4_2d_pads_rows_that_are_not_a_multiple_of_16_as_te(dtype: str) -> None:
     """TE's reference zero-pads the rows of a 16x16-tiled tensor; row-wise usage accepts any M."""
     x = te_cases.family("outliers", (40, 64), te_cases.DTYPES[dtype], seed=11)
-    t = NVFP4Quantizer(with_2d_quantization=True).quantize(x)
+    t = NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=False).quantize(x)
     codes, scales, amax = te_reference.nvfp4(x.float().numpy(), tile_rows=16)
     assert np.array_equal(t._rowwise_data.numpy(), codes)
-    assert np.array_equal(t._rowwise_scale_inv.view(torch.uint8).numpy(), scales.view(np.uint8))
+    buffer = te_reference.microscale_buffer(scales, along_rows=False, swizzled=False)
+    assert np.array_equal(t._rowwise_scale_inv.view(torch.uint8).numpy(), buffer.view(np.uint8))
     assert t._amax_rowwise.item() == amax[0]
+
+
+# ------------------------------------------------------- NVFP4 with NaN, 4over6, row-scaled
+def test_nvfp4_nan_input_follows_tes_kernel_not_its_reference() -> None:
+    """TE's kernels skip NaN in every amax (``fmaxf`` / ``__hmax`` in
+    ``cast/nvfp4/quantize_transpose_nvfp4.cuh``, ``recipe/current_scaling.cu``) and convert
+    with ``cvt.satfinite`` to E2M1, which writes a NaN as positive MAX_NORM (+6, code 7; the
+    comment on ``stochastic_round_fp4_e2m1`` in ``common/util/ptx.cuh``). TE's pure-PyTorch
+    reference (``reference_nvfp4.py``) differs: ``torch.amax`` propagates the NaN into the
+    global amax (so every scale is NaN) and ``cast_to_fp4x2``'s bins leave a NaN at code 0.
+    Where they disagree this package follows the kernel."""
+    x = torch.randn(16, 32) * 3
+    x[2, 5] = math.nan
+    clean = x.clone()
+    clean[2, 5] = 0.0
+    t, c = NVFP4Quantizer(columnwise_usage=False).quantize(x), NVFP4Quantizer(columnwise_usage=False).quantize(clean)
+    assert t._amax_rowwise.item() == c._amax_rowwise.item()  # the NaN raised no amax
+    assert torch.equal(compact(t).view(torch.uint8), compact(c).view(torch.uint8))  # nor any block scale
+    codes, clean_codes = numerics.unpack_fp4(t._rowwise_data), numerics.unpack_fp4(c._rowwise_data)
+    assert codes[2, 5].item() == 7  # +6
+    codes[2, 5] = clean_codes[2, 5]
+    assert torch.equal(codes, clean_codes)  # every other element untouched
+    ref_codes, _, _ = te_reference.nvfp4(x.numpy())
+    assert np.array_equal(t._rowwise_data.numpy(), ref_codes)
+
+
+def _four_over_six_by_hand(block: np.ndarray, amax: float, e4m3_max: float, mode: str) -> tuple[int, float]:
+    """One 1x16 block, TE's 4over6 rule in float64 with explicit fp32 roundings: (winner scale code, its error)."""
+    import ml_dtypes
+
+    f32 = np.float32
+    s_enc = min(f32(e4m3_max * 6) / f32(amax), np.finfo(np.float32).max)
+    base = f32(f32(np.abs(block).max()) / f32(6)) * f32(s_enc)
+    best = None
+    for factor in (1.5, 1.0):
+        decode = np.array(np.clip(f32(base * f32(factor)), -448, 448), dtype=np.float32).astype(ml_dtypes.float8_e4m3fn)
+        s = float(decode.astype(np.float32))
+        enc = f32(1) / (f32(s) * (f32(1) / f32(s_enc)))
+        grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+        q = [np.sign(v) * grid[np.argmin(np.abs(grid - min(abs(f32(v) * enc), 6)))] for v in block]
+        err = sum((abs(f32(f32(f32(qi * s) * f32(amax)) / f32(6 * e4m3_max)) - f32(v))) ** (2 if mode == "MSE" else 1)
+                  for qi, v in zip(q, block))
+        if best is None or err < best[1]:  # map-to-4 first; map-to-6 wins ties
+            best = (int(decode.view(np.uint8)), err)
+    return best
+
+
+@pytest.mark.parametrize("mode", ["MAE", "MSE"])
+@pytest.mark.parametrize("e4m3_max", [448, 256])
+def test_nvfp4_4over6_picks_the_smaller_error_candidate_per_block(mode: str, e4m3_max: int) -> None:
+    """TE's 4over6 (``nvfp4_use_4over6``): per block, map-to-4 (decode scale x1.5) or
+    map-to-6, whichever reconstructs the block with the smaller MAE/MSE."""
+    x = te_cases.family("outliers", (32, 64), torch.float32, seed=2)
+    q = NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=e4m3_max, nvfp4_4over6_err_mode=mode, columnwise_usage=False)
+    t = q.quantize(x)
+    scales = compact(t).view(torch.uint8)
+    amax = t._amax_rowwise.item()
+    blocks = x.numpy().reshape(32, 4, 16)
+    picked = [_four_over_six_by_hand(blocks[r, b], amax, e4m3_max, mode)[0] for r in range(0, 32, 7) for b in range(4)]
+    assert picked == [scales[r, b].item() for r in range(0, 32, 7) for b in range(4)]
+    plain = NVFP4Quantizer(columnwise_usage=False).quantize(x)
+    if e4m3_max == 448:  # same global bound: picking the better candidate lowers the total error in its metric
+        power = 2 if mode == "MSE" else 1
+        err = lambda tt: (tt.dequantize() - x).abs().pow(power).sum()  # noqa: E731
+        assert err(t) < err(plain)
+
+
+def test_nvfp4_row_scaled_keeps_one_amax_per_row_and_per_column() -> None:
+    """TE's ``row_scaled_nvfp4``: the row-wise amax is (M,), the column-wise one (K,) -- one
+    per row of x^T (``quantizer.cpp`` allocates ``amax_columnwise`` with ``flat_last_dim``)."""
+    x = torch.randn(32, 48)
+    x[3] *= 100.0  # a loud row does not coarsen the others
+    t = NVFP4Quantizer(row_scaled_nvfp4=True).quantize(x)
+    assert t._amax_rowwise.shape == (32,) and t._amax_columnwise.shape == (48,)
+    assert torch.equal(t._amax_rowwise, x.abs().amax(1)) and torch.equal(t._amax_columnwise, x.abs().amax(0))
+    per_tensor = NVFP4Quantizer().quantize(x)
+    quiet = torch.arange(32) != 3
+    row_err = (t.dequantize(layout="rowwise") - x)[quiet].abs().mean()
+    assert row_err < (per_tensor.dequantize(layout="rowwise") - x)[quiet].abs().mean()
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"with_rht": True}, "needs with_post_rht_amax=True"),
+        ({"nvfp4_use_4over6": True, "stochastic_rounding": True}, "4over6 does not support stochastic_rounding"),
+        ({"nvfp4_use_4over6": True, "with_rht": True, "with_post_rht_amax": True}, "4over6 does not support with_rht"),
+        ({"row_scaled_nvfp4": True, "with_2d_quantization": True}, "row-scaled NVFP4 does not support with_2d_quantization"),
+        ({"row_scaled_nvfp4": True, "rowwise_usage": False}, "row-scaled NVFP4 requires rowwise usage"),
+        ({"nvfp4_use_4over6": True, "nvfp4_e4m3_max": 300}, "nvfp4_e4m3_max must be 448 or 256"),
+        ({"nvfp4_use_4over6": True, "nvfp4_4over6_err_mode": "max"}, "must be 'MAE' or 'MSE'"),
+    ],
+)
+def test_nvfp4_refuses_the_combinations_te_refuses(options: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        NVFP4Quantizer(**options)
+
+
+def test_nvfp4_e4m3_max_is_448_without_4over6_as_te() -> None:
+    assert NVFP4Quantizer(nvfp4_e4m3_max=256).nvfp4_e4m3_max == 448  # TE ignores the bound without 4over6
+
+
+# ---------------------------------------------------------------- scale layouts
+@pytest.mark.parametrize("rows, cols", [(32, 64), (160, 288), (256, 128)])
+def test_mxfp8_scale_buffers_are_tes_allocation_padded_with_zeros(rows: int, cols: int) -> None:
+    t = MXFP8Quantizer().quantize(torch.randn(rows, cols))
+    r_pad, c_pad = -(-rows // 128) * 128, -(-(cols // 32) // 4) * 4
+    assert tuple(t._rowwise_scale_inv.shape) == (r_pad, c_pad)  # get_scale_shape(columnwise=False)
+    assert tuple(t._columnwise_scale_inv.shape) == (-(-(rows // 32) // 4) * 4, -(-cols // 128) * 128)
+    assert not t._rowwise_scale_inv[rows:].any() and not t._rowwise_scale_inv[:, cols // 32:].any()
+    assert not t._columnwise_scale_inv[rows // 32:].any() and not t._columnwise_scale_inv[:, cols:].any()
+    assert tuple(t._rowwise_scale_inv.shape) == MXFP8Quantizer().describe_buffers((rows, cols))["_rowwise_scale_inv"][0]
+
+
+@pytest.mark.parametrize("cls", [MXFP8Quantizer, NVFP4Quantizer])
+def test_gemm_swizzled_scales_put_entry_i_j_where_tes_index_says(cls) -> None:
+    """``optimize_for_gemm``: scale (i, j) at ``gemm_swizzled_scale_idx(i, j)`` of the padded buffer."""
+    x = torch.randn(160, 288)
+    plain, swz = cls().quantize(x), cls(optimize_for_gemm=True).quantize(x)
+    flat = swz._rowwise_scale_inv.contiguous().view(torch.uint8).reshape(-1)
+    padded = plain._rowwise_scale_inv.view(torch.uint8)
+    i, j = np.indices(tuple(padded.shape))
+    where = te_reference.swizzled_index(i, j, padded.shape[1] // 4).reshape(-1)
+    assert np.array_equal(flat.numpy()[where], padded.numpy().reshape(-1))
+    assert torch.equal(swz.dequantize(), plain.dequantize())  # same values, another layout
+
+
+@pytest.mark.parametrize("dim, rows, cols", [(1, 130, 200), (2, 130, 200), (1, 3, 128), (2, 300, 520)])
+def test_blockwise_scales_are_tes_gemm_ready_layout(dim: int, rows: int, cols: int) -> None:
+    """1x128: (K/128, roundup(M, 4)), the compact scales transposed; 128x128: (M/128, roundup(K/128, 4))."""
+    t = Float8BlockQuantizer(block_scaling_dim=dim).quantize(torch.randn(rows, cols))
+    ceil = lambda a, b: -(-a // b)  # noqa: E731
+    up4 = lambda a: ceil(a, 4) * 4  # noqa: E731
+    want_row = (ceil(cols, 128), up4(rows)) if dim == 1 else (ceil(rows, 128), up4(ceil(cols, 128)))
+    want_col = (ceil(rows, 128), up4(cols)) if dim == 1 else (ceil(cols, 128), up4(ceil(rows, 128)))
+    assert tuple(t._rowwise_scale_inv.shape) == want_row and tuple(t._columnwise_scale_inv.shape) == want_col
+    valid = compact(t)
+    stored = t._rowwise_scale_inv.t() if dim == 1 else t._rowwise_scale_inv
+    assert torch.equal(stored[: valid.shape[0], : valid.shape[1]], valid)
+    assert not stored[valid.shape[0]:].any() and not stored[:, valid.shape[1]:].any()

@@ -30,7 +30,7 @@ VALUE_CASES = [
     Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True),
     MXFP8Quantizer(columnwise_usage=True),
     NVFP4Quantizer(),
-    NVFP4Quantizer(with_rht=True, rht_sign_mask=0x1234, columnwise_usage=True),
+    NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=0x1234, columnwise_usage=True),
     NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=True),
     MXFP8Quantizer(torch.float8_e5m2, with_2d_quantization=True, columnwise_usage=True),
     Float8CurrentScalingQuantizer(amax_epsilon=float("inf")),
@@ -53,7 +53,7 @@ def test_fx_repr_round_trip_quantizes_bit_exactly(q: Quantizer) -> None:
 
 
 def test_rebuild_bypasses_init_and_rebuilds_derived_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    q = NVFP4Quantizer(with_rht=True, rht_sign_mask=0x00FF)
+    q = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=0x00FF)
 
     def no_init(self, *args, **kwargs):
         raise AssertionError("__init__ must not run when FX code rebuilds a quantizer")
@@ -64,7 +64,7 @@ def test_rebuild_bypasses_init_and_rebuilds_derived_state(monkeypatch: pytest.Mo
 
 
 def test_fx_repr_has_no_registry_and_no_derived_matrix() -> None:
-    expr, globals_ = NVFP4Quantizer(with_rht=True).__fx_repr__()
+    expr, globals_ = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).__fx_repr__()
     assert NVFP4Quantizer in globals_.values()  # the class itself travels in the globals
     assert "rht_matrix" not in expr and "rht_sign_mask" in expr
     assert not any(isinstance(v, torch.Tensor) for v in globals_.values())
@@ -73,14 +73,15 @@ def test_fx_repr_has_no_registry_and_no_derived_matrix() -> None:
 def test_equal_values_equal_hash_different_values_differ() -> None:
     assert MXFP8Quantizer() == MXFP8Quantizer() and hash(MXFP8Quantizer()) == hash(MXFP8Quantizer())
     assert MXFP8Quantizer() != MXFP8Quantizer(torch.float8_e5m2)
-    assert MXFP8Quantizer() != MXFP8Quantizer(columnwise_usage=True)
-    assert NVFP4Quantizer(with_rht=True) != NVFP4Quantizer(with_rht=True, rht_sign_mask=1)
+    assert MXFP8Quantizer() != MXFP8Quantizer(columnwise_usage=False)
+    assert MXFP8Quantizer() != MXFP8Quantizer(optimize_for_gemm=True)
+    assert NVFP4Quantizer(with_rht=True, with_post_rht_amax=True) != NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=1)
     assert MXFP8Quantizer() != Float8BlockQuantizer()  # different classes never compare equal
     assert len({MXFP8Quantizer(), MXFP8Quantizer(), MXFP8Quantizer().copy()}) == 1
 
 
 def test_derived_state_is_not_part_of_the_value() -> None:
-    a, b = NVFP4Quantizer(with_rht=True), NVFP4Quantizer(with_rht=True)
+    a, b = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True), NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)
     b._derived_rht_matrix = b._derived_rht_matrix * 0  # corrupt the derived matrix only
     assert a == b and hash(a) == hash(b)
     assert torch.equal(b.copy().rht_matrix, a.rht_matrix)  # copy() rebuilds it from the mask
@@ -89,8 +90,8 @@ def test_derived_state_is_not_part_of_the_value() -> None:
 def test_copy_is_equal_but_independent() -> None:
     q = MXFP8Quantizer()
     c = q.copy()
-    c.set_usage(columnwise=True)
-    assert q.columnwise_usage is False and c != q
+    c.set_usage(columnwise=False)
+    assert q.columnwise_usage is True and c != q
 
 
 def test_delayed_scaling_keeps_identity_semantics() -> None:
@@ -143,7 +144,9 @@ def test_registering_twice_is_refused() -> None:
 def test_value_fields_are_the_annotations_declared_once() -> None:
     assert NVFP4Quantizer().__dict__.keys() >= set(NVFP4Quantizer._value_field_names)
     assert NVFP4Quantizer._value_field_names == (
-        "rowwise_usage", "columnwise_usage", "internal", "with_rht", "rht_sign_mask", "with_2d_quantization", "stochastic_rounding",
+        "rowwise_usage", "columnwise_usage", "internal", "with_rht", "with_post_rht_amax", "rht_sign_mask",
+        "with_2d_quantization", "stochastic_rounding", "row_scaled_nvfp4", "nvfp4_use_4over6", "nvfp4_e4m3_max",
+        "nvfp4_4over6_err_mode", "optimize_for_gemm",
     )
 
 

@@ -63,3 +63,18 @@ def test_from_records_and_column_access() -> None:
     with pytest.raises(ValueError, match=r"record 1 has keys \['n'\], expected \['name', 'n'\]"):
         Table.from_records([{"name": "a", "n": 1}, {"n": 2}])
     assert Table([Row("a", 1)], Row._fields).rows[0].name == "a"  # NamedTuple rows are kept
+
+
+def test_tables_fit_the_page_by_default_wrapping_a_column_too_wide_for_any_block() -> None:
+    from tetrt_support.report.tables import OUTPUT_WIDTH
+
+    ops = ", ".join(f"aten.op_{i}.default" for i in range(12))
+    table = Table([("rule_a", "short", ops), ("rule_b", "x", "one.op")], ["rule", "kind", "ops"])
+    lines = table.text().splitlines()
+    assert table.width == OUTPUT_WIDTH and len(table.blocks()) == 1  # wrapped in place, not cut
+    assert all(len(line) <= OUTPUT_WIDTH for line in lines) and len(lines) > 4
+    assert " ".join(w for line in lines[2:-1] for w in line.split() if w.startswith("aten.")) == ops
+    assert lines[-1].split() == ["rule_b", "x", "one.op"]
+    assert "<td" in table._repr_html_() and table._repr_html_().count("<table") == 1  # the browser wraps HTML
+    unlimited = Table(table.rows, table.headers, width=None).text().splitlines()
+    assert len(unlimited) == 4 and max(map(len, unlimited)) > OUTPUT_WIDTH

@@ -219,7 +219,7 @@ class Float64AsFloat32(torch.nn.Module):
         self.float64_outputs = list(float64_outputs)
 
     def forward(self, *inputs: torch.Tensor) -> Any:
-        cast = [x.to(torch.float32) if x.dtype == torch.float64 else x for x in inputs]
+        cast = [x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else x for x in inputs]
         leaves, spec = pytree.tree_flatten(self.engine_block(*cast))
         back = [
             leaf.to(torch.float64) if wide and isinstance(leaf, torch.Tensor) else leaf
@@ -298,7 +298,10 @@ class ConfiguredEngine(Engine):
             with torch.no_grad():
                 outputs = pytree.tree_leaves(block(*example_inputs))
             wide = [isinstance(o, torch.Tensor) and o.dtype == torch.float64 for o in outputs]
-            narrow_inputs = [x.to(torch.float32) if x.dtype == torch.float64 else x for x in example_inputs]
+            narrow_inputs = [
+                x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else x
+                for x in example_inputs
+            ]
             built = self._build_with_weights(_truncated_to_float32(block), narrow_inputs, dynamic_dims)
             return Float64AsFloat32(built, wide)
         return self._build_with_weights(block, example_inputs, dynamic_dims)

@@ -55,6 +55,7 @@ from tetrt_support.complex import lower
 from tetrt_support.complex.codegen import restore_signature
 from tetrt_support.complex.detect import GUARDS_FN, is_guards_call
 from tetrt_support.complex.lower import STRATEGIES
+from tetrt_support.complex.shape_env import use_private_shape_env
 
 __all__ = [
     "BACKENDS",
@@ -182,16 +183,19 @@ def _has_dynamic_shapes(gm: fx.GraphModule) -> bool:
 def _dynamic_dims(block: fx.GraphModule) -> list[dict[int, str]]:
     """Per block input: the dims whose recorded size is a free symbol, named after it.
 
-    One name per symbol, so dims that export proved equal stay equal in the engine.
+    One name per symbol, so dims that export proved equal stay equal in the engine. A dim
+    whose size is an expression of symbols (``b * s`` after a flatten) gets a name of its
+    own: it stays dynamic in the engine instead of being fixed to its example size.
     """
     dims = []
-    for ph in (n for n in block.graph.nodes if n.op == "placeholder"):
+    for index, ph in enumerate(n for n in block.graph.nodes if n.op == "placeholder"):
         val = ph.meta.get("val")
         entry: dict[int, str] = {}
         if isinstance(val, torch.Tensor):
             for i, size in enumerate(val.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    entry[i] = str(size.node.expr)
+                if not isinstance(size, torch.SymInt) or not size.node.expr.free_symbols:
+                    continue
+                entry[i] = str(size.node.expr) if size.node.expr.is_Symbol else f"derived_{index}_{i}"
         dims.append(entry)
     return dims
 
@@ -326,7 +330,7 @@ def run_passes(
         flat_example_inputs(exported_program),
         settings=settings,
     )
-    gm = exported_program.module()
+    gm = use_private_shape_env(exported_program.module())  # guards the passes record stay ours
     for compile_pass in passes:
         gm = compile_pass(gm, ctx)
     return gm

@@ -11,6 +11,7 @@ import torch.fx as fx
 from tetrt_support.complex._inline import inline_complex_wrappers
 from tetrt_support.complex.retrace import retrace_complex
 from tetrt_support.complex.rewrite import rewrite_complex
+from tetrt_support.complex.shape_env import use_private_shape_env
 
 __all__ = ["STRATEGIES", "complex_io", "lower"]
 
@@ -20,10 +21,12 @@ STRATEGIES: tuple[str, ...] = ("rewrite", "retrace")
 
 
 def _as_graph_module(program: Any) -> fx.GraphModule:
+    """A graph module the lowering may change, fake values and ShapeEnv included."""
     if isinstance(program, torch.export.ExportedProgram):
-        return program.module()
+        return use_private_shape_env(program.module())
     if isinstance(program, fx.GraphModule):
-        return copy.deepcopy(program)  # the lowering replaces attributes and the graph
+        # the lowering replaces attributes and the graph
+        return use_private_shape_env(copy.deepcopy(program))
     raise TypeError(
         f"lower() takes a torch.export.ExportedProgram or a torch.fx.GraphModule, got {type(program).__name__}"
     )

@@ -8,8 +8,10 @@ its packed real ``[..., 2]`` tensor and, for each complex node, calls the SAME r
 records the real ops. ``pre_dispatch=True`` keeps ``aten.linear`` and
 ``scaled_dot_product_attention`` as they were exported.
 
-The trace runs on the program's own fake tensors (``node.meta["val"]``), so its
-ShapeEnv and symbolic dims (batch, sequence) carry over. Afterwards the module keeps
+The trace runs on the graph's fake tensors (``node.meta["val"]``), so its symbolic dims
+(batch, sequence) carry over; :func:`~tetrt_support.complex.lower.lower` has rebuilt them on
+a copy of the program's ShapeEnv first (:mod:`tetrt_support.complex.shape_env`), so guards
+that meta kernels record while retracing never narrow the caller's ranges. Afterwards the module keeps
 its parameters and buffers under their original names (make_fx's
 ``_param_constantN``/``_tensor_constantN`` are mapped back by identity) and its call
 signature (:func:`~tetrt_support.complex.codegen.retrace_preserving_signature`).

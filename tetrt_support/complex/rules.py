@@ -36,6 +36,17 @@ import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from tetrt_support.complex.detect import is_complex_value
+from tetrt_support.complex.special_values import (
+    acos_special,
+    acosh_special,
+    asin_special,
+    asinh_special,
+    atanh_special,
+    exp_special,
+    exp_special_inputs,
+    overlay,
+    sqrt_special,
+)
 
 __all__ = ["RULES", "Rule", "RuleContext", "RuleRegistry", "bind_arguments", "real_dtype", "register", "rule_for"]
 
@@ -287,9 +298,11 @@ def _polar(mag: Any, ang: Any) -> Any:
 
 def _exp_packed(x: Any) -> Any:
     # exp(x + 0i) is exp(x) + 0i even where exp(x) overflows (inf * sin(0) would be NaN)
-    mag, ang = aten.exp.default(_re(x)), _im(x)
-    im = aten.mul.Tensor(mag, aten.sin.default(ang))
-    return _pack(aten.mul.Tensor(mag, aten.cos.default(ang)), aten.where.self(aten.eq.Scalar(ang, 0.0), ang, im))
+    re, ang = _re(x), _im(x)
+    mag = aten.exp.default(re)
+    im = aten.where.self(aten.eq.Scalar(ang, 0.0), ang, aten.mul.Tensor(mag, aten.sin.default(ang)))
+    finite = (aten.mul.Tensor(mag, aten.cos.default(ang)), im)
+    return _pack(*overlay(finite, exp_special(re, ang), re, ang, special_at=exp_special_inputs(re, ang)))
 
 
 def _log_packed(x: Any) -> Any:
@@ -471,7 +484,8 @@ def log(ctx: RuleContext, self: Any) -> Any:
 
 @register(aten.sqrt.default)
 def sqrt(ctx: RuleContext, self: Any) -> Any:
-    return _pack(*_sqrt_parts(_re(self), _im(self)))
+    x, y = _re(self), _im(self)
+    return _pack(*overlay(_sqrt_parts(x, y), sqrt_special(x, y), x, y))
 
 
 @register(aten.pow.Tensor_Scalar)
@@ -997,15 +1011,21 @@ def _atanh_parts(x: Any, y: Any) -> tuple[Any, Any]:
 
 
 def _log1p_parts(x: Any, y: Any) -> tuple[Any, Any]:
-    """c10's ``log1p``: ``0.5 log1p(x(2 + x) + y^2)`` for ``|z| < 0.5`` (``x`` itself when that
-    underflows to 0), else ``log|1 + z|``; the angle is ``atan2(y, 1 + x)``."""
-    theta = aten.atan2.default(y, aten.add.Tensor(x, 1.0))
-    r = aten.add.Tensor(aten.mul.Tensor(x, aten.add.Tensor(x, 2.0)), aten.mul.Tensor(y, y))
-    small = aten.mul.Tensor(aten.log1p.default(r), 0.5)
-    small = aten.where.self(aten.eq.Scalar(r, 0.0), x, small)
-    large = _log_abs(aten.add.Tensor(x, 1.0), y)
-    near = aten.lt.Scalar(_magnitude(x, y), 0.5)
-    return aten.where.self(near, small, large), theta
+    """c10's CPU ``log1p`` (Kahan's trick, after NumPy): ``u = 1 + z``; ``z`` itself where
+    ``u == 1``, ``log(u)`` where ``u - 1 == z``, else ``log(u) * (z / (u - 1))``, which cancels
+    the rounding of ``1 + z``. It is also what eager gives at infinities and NaN (where
+    ``z / (u - 1)`` is ``inf / inf``, NaN), so no table is needed."""
+    u_re = aten.add.Tensor(x, 1.0)
+    u_minus_1 = aten.sub.Tensor(u_re, 1.0)
+    log_re, log_im = _log_parts(u_re, y)
+    ratio_re, ratio_im = _div_parts(x, y, u_minus_1, y)
+    corrected_re, corrected_im = _mul_parts(log_re, log_im, ratio_re, ratio_im)
+    u_is_one = aten.logical_and.default(aten.eq.Scalar(u_re, 1.0), aten.eq.Scalar(y, 0.0))
+    # the imaginary parts of u - 1 and z are both y: equal unless y is NaN
+    exact = aten.logical_and.default(aten.eq.Tensor(u_minus_1, x), aten.eq.Tensor(y, y))
+    re = aten.where.self(u_is_one, x, aten.where.self(exact, log_re, corrected_re))
+    im = aten.where.self(u_is_one, y, aten.where.self(exact, log_im, corrected_im))
+    return re, im
 
 
 # ------------------------------------------------------------------ the inverse functions
@@ -1029,12 +1049,27 @@ def _swap_i(parts_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, A
     return parts
 
 
-register(aten.asin.default)(_unary(_asin_parts))
-register(aten.acos.default)(_unary(_acos_parts))
-register(aten.acosh.default)(_unary(_acosh_parts))
-register(aten.atanh.default)(_unary(_atanh_parts))
-register(aten.asinh.default)(_unary(_swap_i(_asin_parts)))
-register(aten.atan.default)(_unary(_swap_i(_atanh_parts)))
+def _with_table(
+    finite_fn: Callable[[Any, Any], tuple[Any, Any]], special_fn: Callable[[Any, Any], tuple[Any, Any]]
+) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """``finite_fn`` (Kahan's formula) for finite inputs, ``special_fn`` (the C99 Annex G
+    table eager's C library follows, :mod:`tetrt_support.complex.special_values`) elsewhere."""
+
+    def parts(x: Any, y: Any) -> tuple[Any, Any]:
+        return overlay(finite_fn(x, y), special_fn(x, y), x, y)
+
+    parts.__doc__ = finite_fn.__doc__
+    return parts
+
+
+_asin_with_table = _with_table(_asin_parts, asin_special)
+_atanh_with_table = _with_table(_atanh_parts, atanh_special)
+register(aten.asin.default)(_unary(_asin_with_table))
+register(aten.acos.default)(_unary(_with_table(_acos_parts, acos_special)))
+register(aten.acosh.default)(_unary(_with_table(_acosh_parts, acosh_special)))
+register(aten.atanh.default)(_unary(_atanh_with_table))
+register(aten.asinh.default)(_unary(_with_table(_swap_i(_asin_parts), asinh_special)))
+register(aten.atan.default)(_unary(_swap_i(_atanh_with_table)))
 register(aten.log1p.default)(_unary(_log1p_parts))
 
 

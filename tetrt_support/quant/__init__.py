@@ -10,8 +10,12 @@ tensor together, TE's ``tensor/`` layout):
   128x128 block;
 - :mod:`.mxfp8_tensor`: :class:`MXFP8Quantizer`, E8M0 scales per 1x32 / 32x1 (or 32x32) block;
 - :mod:`.nvfp4_tensor`: :class:`NVFP4Quantizer`, E2M1 packed two per byte, E4M3 scales per
-  1x16 (or 16x16) block, an fp32 global scale, optional random Hadamard transform and
-  stochastic rounding.
+  1x16 (or 16x16) block, an fp32 global scale, optional random Hadamard transform,
+  stochastic rounding, row-scaled amaxes and 4over6 block selection.
+
+Constructor defaults are TE's (both usages, 128x128 blockwise, ...; listed with their TE
+sources in ``tests/quant/test_te_defaults.py``); scale buffers are laid out as TE allocates
+them (:mod:`.scale_layouts`).
 
 The four stateless quantizers are value types, registered by their own modules through
 :mod:`tetrt_support.quant.dynamo` (the only registration this package does at import).

@@ -159,7 +159,7 @@ class Quantizer(metaclass=_opaque_metaclass()):
         super().__init_subclass__(**kwargs)
         cls._tetrt_value_opaque = False
 
-    def __init__(self, *, rowwise_usage: bool = True, columnwise_usage: bool = False, internal: bool = False) -> None:
+    def __init__(self, *, rowwise_usage: bool = True, columnwise_usage: bool = True, internal: bool = False) -> None:
         self.rowwise_usage = bool(rowwise_usage)
         self.columnwise_usage = bool(columnwise_usage)
         self.internal = bool(internal)
@@ -469,6 +469,25 @@ class RowColumnQuantizer(Quantizer):
     def _describe_layout(self, rows: int, cols: int, layout: str) -> BufferSpec:
         raise NotImplementedError(f"{type(self).__name__} does not implement _describe_layout")
 
+    def _store_scale_inv(self, compact: torch.Tensor, layout: str) -> torch.Tensor:
+        """Compact per-block scales (what the numerics return) -> the stored buffer in TE's
+        layout (:mod:`tetrt_support.quant.scale_layouts`); the identity by default."""
+        del layout
+        return compact
+
+    def _load_scale_inv(self, buffer: torch.Tensor, data: torch.Tensor, layout: str) -> torch.Tensor:
+        """Inverse of :meth:`_store_scale_inv` (``data``: the layout's stored data, for its shape)."""
+        del data, layout
+        return buffer
+
+    def compact_scale_inv(self, tensor: QuantizedTensor, layout: str) -> torch.Tensor:
+        """The valid region of ``tensor``'s ``layout`` scales, one entry per block, row-major
+        (TE's padding and swizzling undone): what the numerics and a GEMM emulation read."""
+        data = getattr(tensor, layout_buffer_name(layout, "data"))
+        if data is None:
+            raise ValueError(f"{type(tensor).__name__}: no {layout!r} data")
+        return self._load_scale_inv(getattr(tensor, layout_buffer_name(layout, "scale_inv")), data, layout)
+
     def _used_layouts(self) -> tuple[str, ...]:
         return tuple(layout for layout, used in zip(LAYOUTS, (self.rowwise_usage, self.columnwise_usage)) if used)
 
@@ -476,6 +495,7 @@ class RowColumnQuantizer(Quantizer):
         out: dict[str, torch.Tensor | None] = {}
         for layout in self._used_layouts():
             parts = self._quantize_layout(self._layout_matrix(x2d, layout), layout, **options)
+            parts["scale_inv"] = self._store_scale_inv(parts["scale_inv"], layout)
             out.update({layout_buffer_name(layout, part): buf for part, buf in parts.items()})
         return out
 
@@ -492,6 +512,7 @@ class RowColumnQuantizer(Quantizer):
             for part in ("data", "scale_inv", "amax")
             if layout_buffer_name(layout, part) in tensor._FLATTEN_TENSOR_BUFFERS
         }
+        parts["scale_inv"] = self._load_scale_inv(parts["scale_inv"], parts["data"], layout)
         values = self._dequantize_layout(parts, layout)
         return values.t() if self._is_transposed(layout) else values
 

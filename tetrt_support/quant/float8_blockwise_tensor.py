@@ -7,15 +7,17 @@ infinite scale, power-of-two scales by default
 (:func:`~tetrt_support.quant.numerics.float8_blockwise_quantize`). Any shape is accepted:
 edge blocks are partial (the scale grid is ceil-divided, padding is zeros and never raises
 an amax). Column-wise data is the recipe applied to x^T, stored (K, M), as TE stores it.
-Scales are kept in the plain (row blocks, column blocks) layout; TE's GEMM-ready copy is
-the same values transposed (1x128) and padded to a multiple of 4.
+Scale buffers are TE's GEMM-ready layout (:mod:`tetrt_support.quant.scale_layouts`):
+1x128 scales stored transposed, (K/128, M) with M padded to a multiple of 4; 128x128
+scales (M/128, K/128) with the inner dim padded to a multiple of 4; zero padding. The
+defaults are TE's quantizer's: 128x128 blocks, power-of-2 scales, both usages.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tetrt_support.quant import numerics
+from tetrt_support.quant import numerics, scale_layouts
 from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer
 from tetrt_support.quant.dynamo import register_value_quantizer
 
@@ -44,9 +46,9 @@ class Float8BlockQuantizer(RowColumnQuantizer):
         fp8_dtype: torch.dtype = torch.float8_e4m3fn,
         *,
         rowwise_usage: bool = True,
-        columnwise_usage: bool = False,
+        columnwise_usage: bool = True,
         internal: bool = False,
-        block_scaling_dim: int = 1,
+        block_scaling_dim: int = 2,
         force_pow_2_scales: bool = True,
         amax_epsilon: float = 0.0,
     ) -> None:
@@ -74,6 +76,16 @@ class Float8BlockQuantizer(RowColumnQuantizer):
         )
         return {"data": data, "scale_inv": scale_inv}
 
+    def _store_scale_inv(self, compact: torch.Tensor, layout: str) -> torch.Tensor:
+        del layout
+        return scale_layouts.store_blockwise_scales(compact, self.block_scaling_dim)
+
+    def _load_scale_inv(self, buffer: torch.Tensor, data: torch.Tensor, layout: str) -> torch.Tensor:
+        del layout
+        br, bc = self.block_shape
+        compact = (numerics.ceil_div(data.shape[0], br), numerics.ceil_div(data.shape[1], bc))
+        return scale_layouts.load_blockwise_scales(buffer, compact, self.block_scaling_dim)
+
     def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str) -> torch.Tensor:
         del layout
         data = parts["data"]
@@ -84,5 +96,10 @@ class Float8BlockQuantizer(RowColumnQuantizer):
         br, bc = self.block_shape
         return {
             "data": ((rows, cols), self.fp8_dtype),
-            "scale_inv": ((numerics.ceil_div(rows, br), numerics.ceil_div(cols, bc)), torch.float32),
+            "scale_inv": (
+                scale_layouts.blockwise_padded_shape(
+                    (numerics.ceil_div(rows, br), numerics.ceil_div(cols, bc)), self.block_scaling_dim
+                ),
+                torch.float32,
+            ),
         }

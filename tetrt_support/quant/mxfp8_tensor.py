@@ -8,13 +8,17 @@ cast rounds to nearest and would overflow blocks). Layouts are TE's: both usages
 32x1 with (M/32, K) scales. ``with_2d_quantization`` (TE's ``enable_2d_quantization``,
 meant for weights) uses one scale per 32x32 tile, shared by both usages. The quantized
 dimension must be a multiple of 32 (K row-wise, M column-wise), as TE requires.
+
+Scale buffers are stored as TE allocates them (:mod:`tetrt_support.quant.scale_layouts`):
+row-wise padded to multiples of (128, 4), column-wise of (4, 128), zero padding;
+``optimize_for_gemm=True`` (TE's attribute of that name) stores them GEMM-swizzled.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tetrt_support.quant import numerics
+from tetrt_support.quant import numerics, scale_layouts
 from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, check_block_multiple
 from tetrt_support.quant.dynamo import register_value_quantizer
 
@@ -35,21 +39,24 @@ class MXFP8Quantizer(RowColumnQuantizer):
     tensor_class = MXFP8Tensor
     fp8_dtype: torch.dtype
     with_2d_quantization: bool
+    optimize_for_gemm: bool
 
     def __init__(
         self,
         fp8_dtype: torch.dtype = torch.float8_e4m3fn,
         *,
         rowwise_usage: bool = True,
-        columnwise_usage: bool = False,
+        columnwise_usage: bool = True,
         internal: bool = False,
         with_2d_quantization: bool = False,
+        optimize_for_gemm: bool = False,
     ) -> None:
         super().__init__(rowwise_usage=rowwise_usage, columnwise_usage=columnwise_usage, internal=internal)
         if fp8_dtype not in numerics.FP8_DTYPES:
             raise ValueError(f"MXFP8Quantizer: fp8_dtype must be one of {numerics.FP8_DTYPES}, got {fp8_dtype}")
         self.fp8_dtype = fp8_dtype
         self.with_2d_quantization = bool(with_2d_quantization)
+        self.optimize_for_gemm = bool(optimize_for_gemm)
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
         both = self.with_2d_quantization
@@ -71,10 +78,21 @@ class MXFP8Quantizer(RowColumnQuantizer):
             scale = numerics.mxfp8_2d_columnwise_scales(scale, matrix.shape[1])
         return {"data": data, "scale_inv": scale}
 
+    def _store_scale_inv(self, compact: torch.Tensor, layout: str) -> torch.Tensor:
+        return scale_layouts.store_microscales(compact, along_rows=layout == "columnwise", swizzled=self.optimize_for_gemm)
+
+    def _load_scale_inv(self, buffer: torch.Tensor, data: torch.Tensor, layout: str) -> torch.Tensor:
+        rows, cols = data.shape
+        compact = (rows, cols // BLOCK) if layout == "rowwise" else (rows // BLOCK, cols)
+        return scale_layouts.load_microscales(
+            buffer, compact, along_rows=layout == "columnwise", swizzled=self.optimize_for_gemm
+        )
+
     def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str) -> torch.Tensor:
         block = (1, BLOCK) if layout == "rowwise" else (BLOCK, 1)  # the stored scale layout
         return numerics.mxfp8_dequantize(parts["data"], parts["scale_inv"], *block)
 
     def _describe_layout(self, rows: int, cols: int, layout: str) -> BufferSpec:
-        scale_shape = (rows, cols // BLOCK) if layout == "rowwise" else (rows // BLOCK, cols)
+        compact = (rows, cols // BLOCK) if layout == "rowwise" else (rows // BLOCK, cols)
+        scale_shape = scale_layouts.microscale_padded_shape(compact, along_rows=layout == "columnwise")
         return {"data": ((rows, cols), self.fp8_dtype), "scale_inv": (scale_shape, torch.uint8)}

@@ -16,9 +16,9 @@ Conventions shared by all of them:
   an infinite amax.
 - Casts saturate: finite values beyond the format's range and +-inf go to +-max, NaN
   stays NaN where the format has one (the CUDA ``satfinite`` conversions).
-- Block scales are returned in the plain row-major layout, one entry per block (MXFP8 and
-  NVFP4: one entry per row of each block, as TE's unswizzled scale layout); TE's padded,
-  GEMM-swizzled copies of the same bytes are not modelled.
+- Block scales are returned COMPACT: row-major, one entry per block (MXFP8 and NVFP4: one
+  entry per row of each block). The quantizers store them in TE's padded / GEMM-ready /
+  swizzled buffers through :mod:`tetrt_support.quant.scale_layouts`.
 """
 
 from __future__ import annotations
@@ -250,10 +250,12 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
 
     Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0,
     3.5 -> 4.0, 5.0 -> 4.0. As in TE: the sign bit is set only for x < 0, so -0.0 is code
-    0 and NaN (no E2M1 NaN) is code 0; +-inf saturate to +-6.
+    0; +-inf saturate to +-6. E2M1 has no NaN: a NaN becomes +6 (code 7), as TE's
+    kernels' ``cvt.satfinite`` E2M1 conversion does ("NaN becomes positive MAX_NORM",
+    ``common/util/ptx.cuh``); TE's pure-PyTorch reference would write code 0 there.
     """
     x = x.float()
-    magnitude = torch.nan_to_num(x.abs(), nan=0.0, posinf=E2M1_MAX)
+    magnitude = torch.nan_to_num(x.abs(), nan=E2M1_MAX, posinf=E2M1_MAX)
     values = torch.tensor(E2M1_VALUES, device=x.device)
     midpoints = (values[1:] + values[:-1]) / 2
     lower = torch.bucketize(magnitude, midpoints, right=False)  # ties -> lower code
@@ -268,9 +270,10 @@ def e2m1_encode_stochastic(x: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
     distance from the lower neighbour over the gap (``uniform`` in [0, 1), same shape).
 
     Unbiased: E[decode(code)] = x for |x| <= 6. Values already on the grid never move.
+    NaN -> +6 (code 7), as TE's stochastic-rounding kernel path.
     """
     x = x.float()
-    magnitude = torch.nan_to_num(x.abs(), nan=0.0, posinf=E2M1_MAX).clamp(max=E2M1_MAX)
+    magnitude = torch.nan_to_num(x.abs(), nan=E2M1_MAX, posinf=E2M1_MAX).clamp(max=E2M1_MAX)
     values = torch.tensor(E2M1_VALUES, device=x.device)
     lower = (torch.bucketize(magnitude, values, right=True) - 1).clamp(0, len(E2M1_VALUES) - 1)
     upper = (lower + 1).clamp(max=len(E2M1_VALUES) - 1)
@@ -306,11 +309,11 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], -1)
 
 
-def nvfp4_global_encode_scale(global_amax: torch.Tensor) -> torch.Tensor:
-    """S = min(448 * 6 / amax, FP32_MAX) (one division; amax 0 -> FP32_MAX); S == 0 (an
-    infinite amax) -> 1."""
+def nvfp4_global_encode_scale(global_amax: torch.Tensor, e4m3_max: float = 448.0) -> torch.Tensor:
+    """S = min(e4m3_max * 6 / amax, FP32_MAX) (one division; amax 0 -> FP32_MAX); S == 0 (an
+    infinite amax) -> 1. ``e4m3_max`` is 448, or 256 for TE's 4over6 tensors."""
     global_amax = global_amax.float()
-    scale = torch.div(torch.full_like(global_amax, NVFP4_GLOBAL_MAX), global_amax)
+    scale = torch.div(torch.full_like(global_amax, e4m3_max * E2M1_MAX), global_amax)
     scale = torch.clamp(scale, max=FP32_MAX)
     return torch.where(scale == 0, torch.ones_like(scale), scale)
 
@@ -321,23 +324,32 @@ def nvfp4_quantize(
     block_rows: int = 1,
     *,
     uniform: torch.Tensor | None = None,
+    e4m3_max: float = 448.0,
+    four_over_six: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 over (1 x 16) or (16 x 16) blocks: ``(packed codes (M, K/2), E4M3 scales (M, K/16))``.
 
-    With S = :func:`nvfp4_global_encode_scale` of ``global_amax``: each block's decode
-    scale is ``e4m3(min(block_amax * (S * fp32(1/6)), FP32_MAX))`` (saturating at 448), its
-    encode scale ``min(1 / (decode * fp32(1/S)), FP32_MAX)`` -- a block whose decode scale
-    rounds to 0 encodes with FP32_MAX, so its nonzero elements saturate to +-6 -- and the
-    elements are ``e2m1(clamp(x * encode, -6, 6))``. 16 x 16 blocks share one amax and one
-    scale (repeated on the 16 rows of the tile). ``uniform`` (same shape as ``x2d``, in
-    [0, 1)) switches the E2M1 rounding to stochastic.
+    With S = :func:`nvfp4_global_encode_scale` of ``global_amax`` (one value, or one per row
+    -- shape (M,) -- for TE's row-scaled NVFP4): each block's decode scale is
+    ``e4m3(min(block_amax * (S * fp32(1/6)), FP32_MAX))`` (saturating at 448), its encode
+    scale ``min(1 / (decode * fp32(1/S)), FP32_MAX)`` -- a block whose decode scale rounds
+    to 0 encodes with FP32_MAX, so its nonzero elements saturate to +-6 -- and the elements
+    are ``e2m1(clamp(x * encode, -6, 6))``. 16 x 16 blocks share one amax and one scale
+    (repeated on the 16 rows of the tile). ``uniform`` (same shape as ``x2d``, in [0, 1))
+    switches the E2M1 rounding to stochastic. ``four_over_six`` ("MAE" / "MSE") selects
+    per block between two candidates, see :func:`_nvfp4_four_over_six`.
     """
     rows, cols = x2d.shape
     block = block_amax(x2d, block_rows, NVFP4_BLOCK)  # (ceil(M/br), ceil(K/16))
     if block_rows > 1:
         block = block.repeat_interleave(block_rows, 0)[:rows]
-    encode_global = nvfp4_global_encode_scale(global_amax).reshape(())
+    per_row = global_amax.float().reshape(-1, 1)  # (1, 1), or (M, 1) row-scaled
+    encode_global = nvfp4_global_encode_scale(per_row, e4m3_max)
     decode_global = torch.div(torch.ones_like(encode_global), encode_global)
+    if four_over_six is not None:
+        if uniform is not None:
+            raise ValueError("nvfp4_quantize: 4over6 does not support stochastic rounding (TE's recipe refuses it)")
+        return _nvfp4_four_over_six(x2d, block, per_row, encode_global, decode_global, block_rows, e4m3_max, four_over_six)
     multiplier = encode_global * torch.reciprocal(torch.tensor(E2M1_MAX, device=x2d.device))
     decode = torch.clamp(block * multiplier, max=FP32_MAX)
     decode = torch.clamp(decode, -448.0, 448.0).to(torch.float8_e4m3fn)
@@ -348,12 +360,74 @@ def nvfp4_quantize(
     return pack_fp4(codes), decode
 
 
-def nvfp4_dequantize(packed: torch.Tensor, scale: torch.Tensor, global_amax: torch.Tensor) -> torch.Tensor:
+def _nvfp4_four_over_six(
+    x2d: torch.Tensor,
+    block: torch.Tensor,
+    global_amax: torch.Tensor,
+    encode_global: torch.Tensor,
+    decode_global: torch.Tensor,
+    block_rows: int,
+    e4m3_max: float,
+    err_mode: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TE's "4over6" NVFP4 block scaling (``nvfp4_use_4over6``): two candidates per block.
+
+    Map-to-6 is plain NVFP4 with the decode scale ``e4m3(clamp((amax / 6) * S, +-448))``;
+    map-to-4 scales that by 1.5 before the E4M3 cast, so the block's largest magnitude lands
+    on E2M1's 4 instead of 6 (finer steps for the rest). Both encode as plain NVFP4. Each
+    candidate's error is measured in the input domain, element by element in order:
+    ``((code * scale) * global_amax) / (6 * e4m3_max) - x``, summed as |diff| ("MAE") or
+    diff^2 ("MSE") over the 16 elements (16 x 16 tiles: the 16 row sums added pairwise
+    8+8, 4+4, 2+2, 1+1, as TE's warp reduction does). Map-to-4 wins only when strictly
+    smaller (ties, and NaN errors, keep map-to-6). After TE's
+    ``_quantize_blockwise_4over6_reference`` and ``cast/nvfp4/quantize_4over6_nvfp4.cuh``
+    (``compute_scale_pair``, ``accumulate_dequant_error``: the same operations in the same
+    order); the ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH`` FP16-product variant is not modelled.
+    """
+    rows, cols = x2d.shape
+    nb = block.shape[1]
+    base = torch.div(block, torch.tensor(E2M1_MAX, device=x2d.device)) * encode_global
+    candidates = []
+    x = x2d.float()
+    denom = torch.tensor(E2M1_MAX * e4m3_max, dtype=torch.float32, device=x2d.device)
+    for factor in (1.5, 1.0):
+        pre = base * factor if factor != 1.0 else base
+        decode = torch.clamp(pre, -448.0, 448.0).to(torch.float8_e4m3fn)
+        encode = torch.clamp(torch.div(torch.ones_like(block), decode.float() * decode_global), max=FP32_MAX)
+        codes = e2m1_encode(torch.clamp(x * expand_block_scales(encode, 1, NVFP4_BLOCK, (rows, cols)), -E2M1_MAX, E2M1_MAX))
+        values = e2m1_decode(codes).reshape(rows, nb, NVFP4_BLOCK)
+        xb = x.reshape(rows, nb, NVFP4_BLOCK)
+        err = torch.zeros((rows, nb), dtype=torch.float32, device=x2d.device)
+        for i in range(NVFP4_BLOCK):
+            diff = torch.div((values[:, :, i] * decode.float()) * global_amax, denom) - xb[:, :, i]
+            err = err + (diff * diff if err_mode == "MSE" else diff.abs())
+        candidates.append((codes, decode, err))
+    (codes4, decode4, err4), (codes6, decode6, err6) = candidates
+    if block_rows > 1:
+        err4, err6 = (_tile_row_sum(e, block_rows).repeat_interleave(block_rows, 0) for e in (err4, err6))
+    pick4 = err4 < err6
+    codes = torch.where(expand_block_scales(pick4, 1, NVFP4_BLOCK, (rows, cols)), codes4, codes6)
+    return pack_fp4(codes), torch.where(pick4, decode4.view(torch.uint8), decode6.view(torch.uint8)).view(torch.float8_e4m3fn)
+
+
+def _tile_row_sum(err: torch.Tensor, tile_rows: int) -> torch.Tensor:
+    """Sum each tile's ``tile_rows`` rows pairwise (halves added until one row is left)."""
+    rows = err.reshape(err.shape[0] // tile_rows, tile_rows, err.shape[1])
+    while rows.shape[1] > 1:
+        half = rows.shape[1] // 2
+        rows = rows[:, :half] + rows[:, half:]
+    return rows[:, 0]
+
+
+def nvfp4_dequantize(
+    packed: torch.Tensor, scale: torch.Tensor, global_amax: torch.Tensor, e4m3_max: float = 448.0
+) -> torch.Tensor:
     """fp32 values of NVFP4 codes as TE's dequantize kernel forms them:
-    ``e2m1 * ((e4m3_scale * amax) * fp32(1 / (6 * 448)))``."""
+    ``e2m1 * ((e4m3_scale * amax) * fp32(1 / (6 * e4m3_max)))``; ``global_amax`` one value
+    or one per row (row-scaled)."""
     values = e2m1_decode(unpack_fp4(packed))
-    factor = torch.reciprocal(torch.tensor(NVFP4_GLOBAL_MAX, dtype=torch.float32, device=packed.device))
-    block = (scale.float() * global_amax.float().reshape(())) * factor
+    factor = torch.reciprocal(torch.tensor(E2M1_MAX * e4m3_max, dtype=torch.float32, device=packed.device))
+    block = (scale.float() * global_amax.float().reshape(-1, 1)) * factor
     return values * expand_block_scales(block, 1, NVFP4_BLOCK, tuple(values.shape))
 
 

@@ -13,15 +13,27 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
   COLUMN-WISE operand only (the one the weight-gradient GEMM reads), applied along M to
   x^T before its amax and quantization, rounded to the input dtype (bf16 for bf16 input);
   ``rht_sign_mask`` holds the signs as bits (TE's fixed vector by default, 0 = no signs).
-  Only the mask is a value field; the matrix is derived state, rebuilt from it.
+  Only the mask is a value field; the matrix is derived state, rebuilt from it. TE
+  computes that operand's amax after the transform only, so ``with_rht`` needs
+  ``with_post_rht_amax=True`` (TE raises "Pre-RHT amax is not supported" otherwise).
 - ``with_2d_quantization``: one scale per 16x16 tile (weights).
 - ``stochastic_rounding``: E2M1 rounding up with probability proportional to the distance
   (gradients); the random numbers come from ``quantize(x, generator=g)`` or torch's
   default generator, so a run is reproducible from its seed. TE draws its bits inside the
   CUDA kernel, so stochastically rounded bytes are reproducible here but not TE's.
 
+- ``row_scaled_nvfp4``: one global amax per row of each layout (``_amax_rowwise`` (M,),
+  ``_amax_columnwise`` (K,)), so a loud row does not coarsen the others; TE refuses it
+  with RHT, 2-D blocks, stochastic rounding and amax reduction, and so does this class.
+- ``nvfp4_use_4over6`` (``nvfp4_4over6_err_mode`` "MAE"/"MSE", ``nvfp4_e4m3_max`` 448 or
+  256): per block, the better of two decode scales (see
+  :func:`~tetrt_support.quant.numerics.nvfp4_quantize`); not with RHT or stochastic rounding.
+- ``optimize_for_gemm``: scale buffers in cuBLAS's swizzled layout (TE's attribute).
+
 The quantized dim must be a multiple of 16 (K row-wise, M column-wise), as TE requires;
-column-wise data is stored transposed, (K, M/2), as TE stores it.
+column-wise data is stored transposed, (K, M/2), as TE stores it. Scale buffers are padded
+as TE allocates them (rows to 128, scale columns to 4; :mod:`tetrt_support.quant.scale_layouts`).
+A NaN element encodes as +6 and never raises an amax, as TE's kernels do.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from typing import Any
 
 import torch
 
-from tetrt_support.quant import numerics
+from tetrt_support.quant import numerics, scale_layouts
 from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, all_reduce_max, check_block_multiple
 from tetrt_support.quant.dynamo import register_value_quantizer
 
@@ -55,33 +67,83 @@ class NVFP4Tensor(QuantizedTensor):
 
 @register_value_quantizer
 class NVFP4Quantizer(RowColumnQuantizer):
-    """NVFP4 with 1x16 or 16x16 blocks, optional RHT (column-wise) and stochastic rounding; value semantics."""
+    """NVFP4 with 1x16 or 16x16 blocks, optional RHT (column-wise), stochastic rounding,
+    row-scaled amaxes and 4over6 block selection; value semantics. Fields, names and
+    defaults are TE's ``NVFP4Quantizer``'s (``rht_sign_mask`` stands for TE's
+    ``with_random_sign_mask``: TE's mask by default, 0 for none)."""
 
     tensor_class = NVFP4Tensor
     with_rht: bool
+    with_post_rht_amax: bool
     rht_sign_mask: int
     with_2d_quantization: bool
     stochastic_rounding: bool
+    row_scaled_nvfp4: bool
+    nvfp4_use_4over6: bool
+    nvfp4_e4m3_max: int
+    nvfp4_4over6_err_mode: str
+    optimize_for_gemm: bool
 
     def __init__(
         self,
         *,
         rowwise_usage: bool = True,
-        columnwise_usage: bool = False,
+        columnwise_usage: bool = True,
         internal: bool = False,
         with_rht: bool = False,
+        with_post_rht_amax: bool = False,
         rht_sign_mask: int = TE_RHT_SIGN_MASK,
         with_2d_quantization: bool = False,
         stochastic_rounding: bool = False,
+        row_scaled_nvfp4: bool = False,
+        nvfp4_use_4over6: bool = False,
+        nvfp4_e4m3_max: int = 448,
+        nvfp4_4over6_err_mode: str = "MAE",
+        optimize_for_gemm: bool = False,
     ) -> None:
         super().__init__(rowwise_usage=rowwise_usage, columnwise_usage=columnwise_usage, internal=internal)
         if not 0 <= int(rht_sign_mask) < (1 << BLOCK):
             raise ValueError(f"NVFP4Quantizer: rht_sign_mask must fit in {BLOCK} bits, got {rht_sign_mask}")
         self.with_rht = bool(with_rht)
+        self.with_post_rht_amax = bool(with_post_rht_amax)
         self.rht_sign_mask = int(rht_sign_mask)
         self.with_2d_quantization = bool(with_2d_quantization)
         self.stochastic_rounding = bool(stochastic_rounding)
+        self.row_scaled_nvfp4 = bool(row_scaled_nvfp4)
+        self.nvfp4_use_4over6 = bool(nvfp4_use_4over6)
+        self.nvfp4_e4m3_max = int(nvfp4_e4m3_max) if self.nvfp4_use_4over6 else 448  # TE ignores it without 4over6
+        self.nvfp4_4over6_err_mode = str(nvfp4_4over6_err_mode).upper()
+        self.optimize_for_gemm = bool(optimize_for_gemm)
+        self._check_options()
         self._rebuild_derived_state()
+
+    def _check_options(self) -> None:
+        """The combinations TE refuses (its quantizer, C++ quantize path and recipe), refused here at construction."""
+        name = type(self).__name__
+        if self.with_rht and not self.with_post_rht_amax:
+            raise ValueError(
+                f"{name}: with_rht=True needs with_post_rht_amax=True (TE computes the column-wise amax after the "
+                "Hadamard transform only; a pre-RHT amax is not supported)"
+            )
+        if self.nvfp4_e4m3_max not in (448, 256):
+            raise ValueError(f"{name}: nvfp4_e4m3_max must be 448 or 256, got {self.nvfp4_e4m3_max}")
+        if self.nvfp4_4over6_err_mode not in ("MAE", "MSE"):
+            raise ValueError(f"{name}: nvfp4_4over6_err_mode must be 'MAE' or 'MSE', got {self.nvfp4_4over6_err_mode!r}")
+        if self.nvfp4_use_4over6:
+            for flag in ("with_rht", "stochastic_rounding"):
+                if getattr(self, flag):
+                    raise ValueError(f"{name}: 4over6 does not support {flag}=True (TE refuses the combination)")
+        if self.row_scaled_nvfp4:
+            if not self.rowwise_usage:
+                raise ValueError(f"{name}: row-scaled NVFP4 requires rowwise usage")
+            for flag in ("with_rht", "with_2d_quantization", "stochastic_rounding"):
+                if getattr(self, flag):
+                    raise ValueError(f"{name}: row-scaled NVFP4 does not support {flag}=True (TE refuses the combination)")
+
+    def _check_usage(self) -> None:
+        super()._check_usage()
+        if getattr(self, "row_scaled_nvfp4", False) and not self.rowwise_usage:
+            raise ValueError(f"{type(self).__name__}: row-scaled NVFP4 requires rowwise usage")
 
     def _rebuild_derived_state(self) -> None:
         """The Hadamard matrix is derived from the mask: rebuilt, never copied or keyed."""
@@ -106,17 +168,35 @@ class NVFP4Quantizer(RowColumnQuantizer):
         self, matrix: torch.Tensor, layout: str, *, generator: torch.Generator | None = None, amax_reduction_group: Any = None
     ) -> dict[str, torch.Tensor]:
         del layout
-        amax = numerics.amax(matrix).reshape(1)
+        if self.row_scaled_nvfp4:
+            if amax_reduction_group is not None:
+                raise ValueError(f"{type(self).__name__}: row-scaled NVFP4 does not support amax reduction (TE refuses it)")
+            amax = numerics.block_amax(matrix, 1, matrix.shape[1]).reshape(-1)  # one per row of this layout
+        else:
+            amax = numerics.amax(matrix).reshape(1)
         if amax_reduction_group is not None:  # TE's with_amax_reduction: one global scale across ranks
             amax = all_reduce_max(amax, amax_reduction_group)
         uniform = None
         if self.stochastic_rounding:
             uniform = torch.rand(matrix.shape, generator=generator, device=matrix.device, dtype=torch.float32)
-        data, scale = numerics.nvfp4_quantize(matrix, amax, BLOCK if self.with_2d_quantization else 1, uniform=uniform)
+        data, scale = numerics.nvfp4_quantize(
+            matrix, amax, BLOCK if self.with_2d_quantization else 1, uniform=uniform,
+            e4m3_max=float(self.nvfp4_e4m3_max), four_over_six=self.nvfp4_4over6_err_mode if self.nvfp4_use_4over6 else None,
+        )
         return {"data": data, "scale_inv": scale, "amax": amax}
 
+    def _store_scale_inv(self, compact: torch.Tensor, layout: str) -> torch.Tensor:
+        del layout  # the column-wise scales belong to the transposed data: same padding rule
+        return scale_layouts.store_microscales(compact, along_rows=False, swizzled=self.optimize_for_gemm)
+
+    def _load_scale_inv(self, buffer: torch.Tensor, data: torch.Tensor, layout: str) -> torch.Tensor:
+        del layout
+        rows, half_cols = data.shape
+        compact = (rows, 2 * half_cols // BLOCK)
+        return scale_layouts.load_microscales(buffer, compact, along_rows=False, swizzled=self.optimize_for_gemm)
+
     def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str) -> torch.Tensor:
-        values = numerics.nvfp4_dequantize(parts["data"], parts["scale_inv"], parts["amax"])
+        values = numerics.nvfp4_dequantize(parts["data"], parts["scale_inv"], parts["amax"], float(self.nvfp4_e4m3_max))
         if layout == "columnwise" and self.with_rht:
             matrix = numerics.random_hadamard_matrix(self.rht_sign_mask, device=values.device)
             values = numerics.apply_hadamard(values, matrix.t())
@@ -126,6 +206,6 @@ class NVFP4Quantizer(RowColumnQuantizer):
         del layout
         return {
             "data": ((rows, cols // 2), torch.uint8),
-            "scale_inv": ((rows, cols // BLOCK), torch.float8_e4m3fn),
-            "amax": ((1,), torch.float32),
+            "scale_inv": (scale_layouts.microscale_padded_shape((rows, cols // BLOCK), along_rows=False), torch.float8_e4m3fn),
+            "amax": ((rows if self.row_scaled_nvfp4 else 1,), torch.float32),
         }

@@ -11,8 +11,11 @@ tensor role (``transformer_engine.common.recipe``):
   ``enable_2d_quantization=True`` gives the weights 32x32 blocks (TE's default is off);
 - ``nvfp4`` (``NVFP4BlockScaling``): E2M1 with E4M3 block scales; inputs get the random
   Hadamard transform (on their column-wise operand), weights 16x16 blocks, gradients the
-  RHT and stochastic rounding; ``disable_rht``, ``disable_stochastic_rounding`` and
-  ``disable_2d_quantization`` switch them off as TE's recipe fields do.
+  RHT and stochastic rounding; ``disable_rht``, ``disable_stochastic_rounding``,
+  ``disable_2d_quantization``, ``row_scaled_activation`` and the ``nvfp4_4over6*`` fields
+  work as TE's recipe fields of those names (defaults TE's: off, "none", "all", "MAE").
+
+Every quantizer a recipe builds has both usages, as TE's recipe states build them.
 
 Amax reduction: TE's ``Float8CurrentScaling`` and NVFP4 reduce a tensor's amax over the
 tensor-parallel group when one is set; here the group is a per-call ``quantize`` option
@@ -67,14 +70,41 @@ def _mxfp8(*, enable_2d_quantization: bool = False) -> Recipe:
     return Recipe("mxfp8", Q, lambda: Q(with_2d_quantization=enable_2d_quantization), Q)
 
 
-def _nvfp4(*, disable_rht: bool = False, disable_stochastic_rounding: bool = False, disable_2d_quantization: bool = False) -> Recipe:
+def _nvfp4(
+    *,
+    disable_rht: bool = False,
+    disable_stochastic_rounding: bool = False,
+    disable_2d_quantization: bool = False,
+    row_scaled_activation: bool = False,
+    nvfp4_4over6: str = "none",
+    nvfp4_4over6_e4m3_use_256: str = "all",
+    nvfp4_4over6_err_mode: str = "MAE",
+) -> Recipe:
+    """TE's ``NVFP4BlockScaling`` roles (``quantization.py``): 4over6 never applies to the
+    gradient; its scope names which of input/weight use it and which of those bound the
+    global scale by 256; ``row_scaled_activation`` row-scales the forward input."""
     from tetrt_support.quant.nvfp4_tensor import NVFP4Quantizer as Q
 
+    scopes = ("none", "weights", "activations", "all")
+    for name, value in (("nvfp4_4over6", nvfp4_4over6), ("nvfp4_4over6_e4m3_use_256", nvfp4_4over6_e4m3_use_256)):
+        if value not in scopes:
+            raise ValueError(f"nvfp4 recipe: {name} must be one of {scopes}, got {value!r}")
+
+    def in_scope(scope: str, role: str) -> bool:
+        return {"none": False, "all": True, "weights": role == "weight", "activations": role != "weight"}[scope]
+
+    def four_over_six(role: str) -> dict[str, Any]:
+        if not in_scope(nvfp4_4over6, role):
+            return {}
+        return {"nvfp4_use_4over6": True, "nvfp4_4over6_err_mode": nvfp4_4over6_err_mode,
+                "nvfp4_e4m3_max": 256 if in_scope(nvfp4_4over6_e4m3_use_256, role) else 448}
+
+    rht = not disable_rht
     return Recipe(
         "nvfp4",
-        lambda: Q(with_rht=not disable_rht),
-        lambda: Q(with_2d_quantization=not disable_2d_quantization),
-        lambda: Q(with_rht=not disable_rht, stochastic_rounding=not disable_stochastic_rounding),
+        lambda: Q(with_rht=rht, with_post_rht_amax=rht, row_scaled_nvfp4=row_scaled_activation, **four_over_six("input")),
+        lambda: Q(with_2d_quantization=not disable_2d_quantization, **four_over_six("weight")),
+        lambda: Q(with_rht=rht, with_post_rht_amax=rht, stochastic_rounding=not disable_stochastic_rounding),
     )
 
 

@@ -20,6 +20,7 @@ import torch
 
 from tetrt_support.quant.linear import Linear
 from tetrt_support.report.quant_tracing import GraphCapture
+from tetrt_support.report.tables import Table
 from tetrt_support.report.timing import Stopwatch
 
 
@@ -139,6 +140,45 @@ def same_graphs_up_to_strategy(a: GraphCapture, strategy_a: str, b: GraphCapture
         return [tuple((op, target.replace(strategy, "<strategy>")) for op, target in sig) for sig in capture.signatures]
 
     return normalized(a, strategy_a) == normalized(b, strategy_b)
+
+
+def schema_table(op: torch._ops.OpOverload) -> Table:
+    """A custom op's schema as rows: each argument with its type, then each return."""
+    schema = op._schema
+    rows = [(a.name, str(a.type)) for a in schema.arguments]
+    rows += [(f"return {i}", str(r.type)) for i, r in enumerate(schema.returns)]
+    return Table(rows, ["argument", "type"], title=schema.name)
+
+
+def _describe_arg(value: object) -> str:
+    if isinstance(value, torch.fx.Node):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_describe_arg(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    return type(value).__name__  # an opaque value (a quantizer): its type, not its fields
+
+
+def graph_head_table(gm: torch.fx.GraphModule, until_op: str) -> Table:
+    """The first nodes of ``gm``, through the first call of ``until_op`` (e.g. ``"relu"``):
+    each node's name and what it computes, ``op on arguments`` (nodes by name, opaque
+    values by type), or ``graph input``. Two columns, so that long node and op names fit."""
+    from tetrt_support.report.complex_graphs import op_name
+
+    rows = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            rows.append((node.name, "graph input"))
+            continue
+        called = op_name(node)
+        args = ", ".join([*(_describe_arg(a) for a in node.args),
+                          *(f"{k}={_describe_arg(v)}" for k, v in node.kwargs.items())])
+        rows.append((node.name, f"{called} on {args}" if args else called))
+        if called == until_op:
+            return Table(rows, ["node", "computes"])
+    raise ValueError(f"the graph calls no {until_op!r}; it calls {sorted({op_name(n) for n in gm.graph.nodes})}")
 
 
 def compile_matrix(

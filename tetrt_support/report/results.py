@@ -35,7 +35,7 @@ _COMMANDS = {
     "lowering": "python -m benchmarks.perf --suites lowering",
     "fake_impls": "python -m benchmarks.perf --suites fake_impls",
     "train_step": "python -m benchmarks.perf --device cuda --suites train_step",
-    "loss_study": "python -m benchmarks.loss_study   (CUDA)",
+    "loss_study": "python -m benchmarks.perf --device cpu|cuda --suites loss_study",
     "gpu_check": "python scripts/gpu_check.py   (CUDA)",
     "hf_sweep": "python scripts/sweep_hf.py",
 }

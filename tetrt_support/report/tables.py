@@ -4,20 +4,28 @@ A :class:`Table` displayed in Jupyter renders as an HTML table (``_repr_html_``)
 stores its plain-text twin as ``text/plain`` (``__repr__``); ``print(table)`` writes the
 twin. Both are deterministic, so a notebook's stored outputs compare under nbval.
 
-A table wider than a page is cut into column blocks that each repeat the key columns
-(``Table(..., width=100)``), or turned on its side with :meth:`Table.transposed`.
+A table wider than a page (:data:`OUTPUT_WIDTH` characters unless ``width=`` says
+otherwise) first has its long text columns wrapped onto several lines in the text twin
+(the HTML table wraps them itself); what still does not fit is cut into column blocks
+that each repeat the key columns. :meth:`Table.transposed` turns a table on its side.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Table", "format_cell", "format_table"]
+__all__ = ["OUTPUT_WIDTH", "Table", "format_cell", "format_table"]
 
+# The widest line a stored notebook output may hold: a rendered page's code column, a
+# terminal, a side-by-side diff. Tables fit it by default; short errors are wrapped to it
+# (tetrt_support.notebook); tests/test_notebook_pairs.py checks every stored output.
+OUTPUT_WIDTH = 110
 _GAP = "  "
+_NARROWEST_WRAPPED = 20  # columns up to this wide are never wrapped; wider ones keep at least this
 
 
 def format_cell(value: Any) -> str:
@@ -42,8 +50,9 @@ def _is_number(value: Any) -> bool:
 class Table:
     """Rows under headers, with an optional title.
 
-    ``width`` (characters) cuts a wide table into blocks of columns, each block repeating
-    the first ``key_columns`` columns; ``None`` keeps one block however wide it is.
+    ``width`` (characters, :data:`OUTPUT_WIDTH` by default) cuts a wide table into blocks
+    of columns, each block repeating the first ``key_columns`` columns; ``None`` keeps one
+    block however wide it is.
     """
 
     def __init__(
@@ -52,7 +61,7 @@ class Table:
         headers: Sequence[Any],
         *,
         title: str | None = None,
-        width: int | None = None,
+        width: int | None = OUTPUT_WIDTH,
         key_columns: int = 1,
     ) -> None:
         self.headers = tuple(str(h) for h in headers)
@@ -111,40 +120,74 @@ class Table:
     def _cells(self) -> list[list[str]]:
         return [list(self.headers)] + [[format_cell(c) for c in r] for r in self.rows]
 
+    def _widths_and_floors(self, cells: list[list[str]]) -> tuple[list[int], list[int]]:
+        """Each column's natural width, and the narrowest it may be wrapped to: its longest
+        word, and never below ``_NARROWEST_WRAPPED`` (short columns are never wrapped)."""
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.headers))]
+        words = [max(len(w) for row in cells for w in row[i].split() or [""]) for i in range(len(self.headers))]
+        return widths, [max(word, min(width, _NARROWEST_WRAPPED)) for width, word in zip(widths, words)]
+
     def blocks(self) -> list[list[int]]:
-        """The column indices of each block (key columns first in every block)."""
+        """The column indices of each block (key columns first in every block).
+
+        Columns are packed at their narrowest (long text wrapped), so a table whose wide
+        columns can wrap stays one block; only what still does not fit is cut."""
         n = len(self.headers)
         if self.width is None or n == 0:
             return [list(range(n))]
-        cells = self._cells()
-        widths = [max(len(row[i]) for row in cells) for i in range(n)]
+        _, floors = self._widths_and_floors(self._cells())
         keys = list(range(self.key_columns))
-        base = sum(widths[i] for i in keys) + len(_GAP) * len(keys)
+        base = sum(floors[i] for i in keys) + len(_GAP) * len(keys)
         blocks: list[list[int]] = []
         current: list[int] = []
         used = base
         for i in range(self.key_columns, n):
-            extra = widths[i] + (len(_GAP) if current else 0)
+            extra = floors[i] + (len(_GAP) if current else 0)
             if current and used + extra > self.width:
                 blocks.append(keys + current)
                 current, used = [], base
-                extra = widths[i]
+                extra = floors[i]
             current.append(i)
             used += extra
         if current or not blocks:
             blocks.append(keys + current)
         return blocks
 
+    def _fitted_widths(self, block: list[int], cells: list[list[str]]) -> list[int]:
+        """Column widths of one block: natural, or, if the block is wider than the page,
+        its widest columns narrowed in turn (never below their floor)."""
+        natural, floors = self._widths_and_floors(cells)
+        widths = [natural[i] for i in block]
+        if self.width is None:
+            return widths
+        floor = [floors[i] for i in block]
+        while (excess := sum(widths) + len(_GAP) * (len(widths) - 1) - self.width) > 0:
+            candidates = [j for j in range(len(block)) if widths[j] > floor[j]]
+            if not candidates:
+                break
+            j = max(candidates, key=lambda k: widths[k])
+            second = max([widths[k] for k in candidates if k != j] or [floor[j]])
+            widths[j] = max(floor[j], widths[j] - excess, min(second, widths[j] - 1))
+        return widths
+
     def text(self) -> str:
         """The plain-text twin: aligned columns under a dashed rule, blocks one after another."""
         cells = self._cells()
         parts = [self.title] if self.title else []
-        for block in self.blocks():
-            widths = [max(len(row[i]) for row in cells) for i in block]
-            lines = [_GAP.join(row[i].ljust(w) for i, w in zip(block, widths)).rstrip() for row in cells]
-            lines.insert(1, _GAP.join("-" * w for w in widths))
+        blocks = self.blocks()
+        for block in blocks:
+            widths = self._fitted_widths(block, cells)
+            lines = []
+            for row in cells:
+                wrapped = [textwrap.wrap(row[i], w, break_long_words=False, break_on_hyphens=False) or [""]
+                           if len(row[i]) > w else [row[i]] for i, w in zip(block, widths)]
+                for k in range(max(map(len, wrapped))):
+                    pieces = [(col[k] if k < len(col) else "").ljust(w) for col, w in zip(wrapped, widths)]
+                    lines.append(_GAP.join(pieces).rstrip())
+                if row is cells[0]:
+                    lines.append(_GAP.join("-" * w for w in widths))
             parts.append("\n".join(lines))
-        return "\n\n".join(parts) if len(self.blocks()) > 1 else "\n".join(parts)
+        return "\n\n".join(parts) if len(blocks) > 1 else "\n".join(parts)
 
     def __str__(self) -> str:
         return self.text()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "ITEM_IN_PYTORCH",
+    "CountThenArange",
     "InPlaceAdd",
     "PASSES_BEFORE_THE_GUARDS",
     "SizeInPython",
@@ -51,6 +53,22 @@ class SizeInPython(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         return torch.arange(b * s, dtype=x.dtype).view(b, s, 1) + x
+
+
+class CountThenArange(torch.nn.Module):
+    """A size made from data (``counts.sum().item()``) that an engine block consumes
+    (``arange(n)``): with ``aten.item`` in PyTorch (:data:`ITEM_IN_PYTORCH`), the size
+    crosses a block boundary as a plain int (a SymInt)."""
+
+    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        n = counts.sum().item()
+        torch._check(n >= 2)
+        torch._check(n <= 64)
+        return torch.arange(n, dtype=x.dtype).view(n, 1) * x.sum(0)
+
+
+#: ``torch_executed_ops`` that keeps :class:`CountThenArange`'s ``.item()`` in PyTorch
+ITEM_IN_PYTORCH = frozenset({"torch.ops.aten.item.default"})
 
 
 def _passes_before_the_guards() -> tuple:

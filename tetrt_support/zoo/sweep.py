@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-__all__ = ["SweepCase", "SweepRow", "run_case", "sweep_cases", "TOLERANCE"]
+__all__ = ["SweepCase", "SweepRow", "TOLERANCE", "family_summary_table", "rows_table", "run_case", "sweep_cases"]
 
 #: largest relative error (against the output's largest magnitude) that counts as a pass
 TOLERANCE = 1e-4
@@ -165,3 +165,53 @@ class _Dim:
 
     def __repr__(self) -> str:
         return self.name
+
+
+# ------------------------------------------------------------------------------ tables
+def _blocks(row: dict[str, Any]) -> str:
+    return f"{row['engine_blocks']}/{row['fallback_blocks']}"
+
+
+def _worst(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{max(known):.1e}" if known else "-"
+
+
+def family_summary_table(rows: list[dict[str, Any]]) -> Any:
+    """One line per family of a sweep's rows (``as_dict`` form): complex nodes, how many rows
+    pass, the engine/fallback block counts seen, the worst relative errors."""
+    from tetrt_support.report import Table
+
+    families: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        families.setdefault(row["family"], []).append(row)
+    lines = []
+    for family, group in families.items():
+        engines = sorted({r["engine"] for r in group})
+        lines.append((
+            family,
+            group[0]["complex_nodes"],
+            ", ".join(engines),
+            " ".join(sorted({_blocks(r) for r in group})),
+            _worst([r["max_rel_error"] for r in group]),
+            _worst([r["other_size_rel_error"] for r in group]),
+            f"{sum(r['passed'] for r in group)}/{len(group)}",
+        ))  # fmt: skip
+    headers = ("family", "complex nodes", "engines", "engine/fallback", "max rel err", "other size", "pass")
+    return Table(lines, headers, title="per family (static and dynamic, both strategies)")
+
+
+def rows_table(rows: list[dict[str, Any]]) -> Any:
+    """Every row of a sweep: family, shapes, engine, strategy, blocks, errors, result."""
+    from tetrt_support.report import Table
+
+    def result(r: dict[str, Any]) -> str:
+        return "pass" if r["passed"] else ("FAIL " + r["error"][:60] if r["error"] else "FAIL")
+
+    lines = [
+        (r["family"], "dynamic" if r["dynamic"] else "static", r["engine"], r["strategy"], _blocks(r),
+         _worst([r["max_rel_error"]]), _worst([r["other_size_rel_error"]]), result(r))
+        for r in rows
+    ]  # fmt: skip
+    headers = ("family", "shapes", "engine", "strategy", "engine/fallback", "rel err", "other size", "result")
+    return Table(lines, headers, key_columns=2)

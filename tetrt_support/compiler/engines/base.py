@@ -28,9 +28,10 @@ __all__ = [
     "COMPLEX_OPS",
     "DynamicDims",
     "Engine",
+    "check_block_inputs",
     "check_dynamic_dims",
-    "check_tensor_inputs",
     "dynamic_shapes_for_export",
+    "is_int_input",
     "is_complex_work",
     "standalone_block",
 ]
@@ -99,14 +100,20 @@ def dynamic_shapes_for_export(
 
     Reusing one ``Dim`` for one name tells export the dims are equal; its bounds are the
     ones ``block``'s metadata recorded for that symbol, if any. torch.export specializes
-    sizes 0 and 1, so an example input must be at least 2 along a dynamic dim.
+    sizes 0 and 1, so an example input must be at least 2 along a dynamic dim. An int
+    input (a size the block receives) is always ``Dim.DYNAMIC``.
     """
-    if not dynamic_dims:
+    ints = [is_int_input(x) for x in example_inputs]
+    if not dynamic_dims and not any(ints):
         return None
     check_dynamic_dims(example_inputs, dynamic_dims)
+    dynamic_dims = dynamic_dims or [{} for _ in example_inputs]
     symbols: dict[str, Any] = {}
-    shapes: list[dict[int, Any] | None] = []
+    shapes: list[Any] = []
     for i, (x, dims) in enumerate(zip(example_inputs, dynamic_dims)):
+        if ints[i]:  # a SymInt block input: export must not bake its example value in
+            shapes.append(torch.export.Dim.DYNAMIC)
+            continue
         if not dims:
             shapes.append(None)
             continue
@@ -157,13 +164,34 @@ def check_dynamic_dims(example_inputs: list[torch.Tensor], dynamic_dims: Dynamic
         )
 
 
-def check_tensor_inputs(engine: str, example_inputs: list[torch.Tensor]) -> None:
-    """Blocks take flat tensors only (sizes are computed inside the block with sym_size)."""
+def is_int_input(x: Any) -> bool:
+    """A Python int block input: what a SymInt crossing a block boundary is at run time."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_block_inputs(engine: str, example_inputs: list[Any]) -> None:
+    """Blocks take flat tensors and ints (sizes made outside the block, e.g. by ``.item()``
+    in a fallback block); each engine takes an int its own way (ONNX Runtime: a 0-d int64)."""
     for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
+        if not isinstance(x, torch.Tensor) and not is_int_input(x):
             raise TypeError(
-                f"{engine} engine: block input {i} is {_describe(x)}; engine blocks take tensors only "
-                f"(compute sizes inside the block with aten.sym_size instead of passing them in)"
+                f"{engine} engine: block input {i} is {_describe(x)}; engine blocks take tensors and "
+                f"ints (sizes) only"
+            )
+
+
+def check_ints_stayed_symbolic(engine: str, exported: torch.export.ExportedProgram, example_inputs: list[Any]) -> None:
+    """Raise if export specialised an int block input to its example value (it does for 0
+    and 1): the engine would return that size's result for every size."""
+    placeholders = [n for n in exported.graph.nodes if n.op == "placeholder" and n.meta.get("val") is not None]
+    user_inputs = placeholders[-len(example_inputs):] if example_inputs else []
+    for i, (x, node) in enumerate(zip(example_inputs, user_inputs)):
+        val = node.meta["val"]
+        symbolic = isinstance(val, torch.SymInt) and bool(val.node.expr.free_symbols)
+        if is_int_input(x) and not symbolic:
+            raise ValueError(
+                f"{engine} engine: block input {i} (an int, {x} in the example) was specialised by "
+                f"torch.export to its example value; the block would be wrong for other sizes"
             )
 
 
@@ -200,7 +228,7 @@ class Engine(abc.ABC):
         dynamic_dims: DynamicDims | None = None,
     ) -> torch.nn.Module:
         """A runnable module for ``block``; ``dynamic_dims[i]`` names input ``i``'s dynamic dims."""
-        check_tensor_inputs(self.name, example_inputs)
+        check_block_inputs(self.name, example_inputs)
         check_dynamic_dims(example_inputs, dynamic_dims)
         return self.build_block(block, example_inputs, dynamic_dims)
 

@@ -32,14 +32,17 @@ class InductorBlock(torch.nn.Module):
         state["_compiled"] = None  # recompiled lazily after unpickling
         return state
 
-    def _compile(self) -> Any:
+    def _compile(self, inputs: tuple[Any, ...]) -> Any:
         if self._compiled is None:
-            dynamic = None if self.dynamic_dims else False
+            # an int input (a size made outside the block) must not stay specialised to its
+            # first value: dynamic=None lets dynamo make it symbolic when it changes
+            takes_ints = any(isinstance(x, int) for x in inputs)
+            dynamic = None if self.dynamic_dims or takes_ints else False
             self.__dict__["_compiled"] = torch.compile(self.block, backend="inductor", dynamic=dynamic, fullgraph=True)
         return self._compiled
 
     def forward(self, *inputs: torch.Tensor):
-        compiled = self._compile()
+        compiled = self._compile(inputs)
         for x, dims in zip(inputs, self.dynamic_dims or ()):
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(x, dim)

@@ -31,7 +31,14 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tetrt_support.compiler.engines.base import DynamicDims, Engine, dynamic_shapes_for_export
+from tetrt_support.compiler.engines.base import (
+    DynamicDims,
+    Engine,
+    check_ints_stayed_symbolic,
+    dynamic_shapes_for_export,
+    is_int_input,
+)
+from tetrt_support.compiler.engines.onnx_exact_ops import EXACT_DECOMPOSITIONS
 
 __all__ = ["OnnxRuntimeBlock", "OnnxRuntimeEngine", "export_block_to_onnx", "onnx_translatable"]
 
@@ -114,7 +121,7 @@ def onnx_translatable(target: Callable[..., Any]) -> bool:
     it (assertion ops). A decomposed op is judged by itself, not by what it expands into.
     """
     registry, decomposed = _torchlib()
-    if target in extra_translations():
+    if target in extra_translations() or target in EXACT_DECOMPOSITIONS:
         return True
     if registry.is_registered(target):
         return any(not meta.is_complex for meta in registry.get_decomps(target))
@@ -137,6 +144,10 @@ def export_block_to_onnx(
         # torch.export first, by hand: given a module, torch.onnx.export would retry a failed
         # export with other capture strategies and hide the real error.
         exported = torch.export.export(block, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
+        check_ints_stayed_symbolic("onnxruntime", exported, example_inputs)  # an int input is a 0-d int64
+        inexact = {n.target for n in exported.graph.nodes} & EXACT_DECOMPOSITIONS.keys()
+        if inexact:  # torchlib's atan2 / copysign would be wrong or missing: see onnx_exact_ops
+            exported = exported.run_decompositions({op: EXACT_DECOMPOSITIONS[op] for op in inexact})
         program = torch.onnx.export(
             exported,
             dynamo=True,
@@ -148,7 +159,9 @@ def export_block_to_onnx(
     return program.model_proto.SerializeToString()
 
 
-def _to_numpy(x: torch.Tensor, index: int) -> np.ndarray:
+def _to_numpy(x: torch.Tensor | int, index: int) -> np.ndarray:
+    if is_int_input(x):  # a size (SymInt) block input: the exported model takes a 0-d int64
+        return np.asarray(x, dtype=np.int64)
     if x.is_complex() or x.dtype == torch.bfloat16:
         raise TypeError(f"onnxruntime engine: input {index} has dtype {x.dtype}, which numpy/ONNX Runtime cannot take")
     return np.ascontiguousarray(x.detach().cpu().numpy())
@@ -204,7 +217,7 @@ class OnnxRuntimeBlock(torch.nn.Module):
             raise TypeError(f"onnxruntime block takes {len(self.input_names)} tensors, got {len(inputs)}")
         session, feeds = self._session_and_feeds()
         results = session.run(None, {name: _to_numpy(inputs[i], i) for i, name in feeds})
-        device = inputs[0].device if inputs else torch.device("cpu")
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
         produced = iter(torch.from_numpy(np.asarray(r)).to(device) for r in results)
         leaves = [next(produced) if leaf is _FROM_SESSION else leaf for leaf in self.output_leaves]
         return pytree.tree_unflatten(leaves, self.output_spec)

@@ -72,18 +72,20 @@ class MakeEmptyTraceableStrategy:
         names = _stashed_names(value)  # type: ignore[arg-type]
         if len(flat) != len(names):
             raise ValueError(
-                f"make_empty_traceable reassemble: {type(value).__name__} of shape {tuple(value.shape)} has "  # type: ignore[attr-defined]
+                f"make_empty_traceable reassemble: {type(value).__name__} of shape "
+                f"{tuple(value.shape)} has "  # type: ignore[attr-defined]
                 f"{len(names)} buffers {names}, got {len(flat)} tensors"
             )
         for name, tensor in zip(names, flat):
             like = getattr(value, name)
             if tensor.shape != like.shape or tensor.dtype != like.dtype:
                 raise ValueError(
-                    f"make_empty_traceable reassemble: buffer {name} should be {tuple(like.shape)} {like.dtype}, "
-                    f"got {tuple(tensor.shape)} {tensor.dtype}"
+                    f"make_empty_traceable reassemble: buffer {name} should be "
+                    f"{tuple(like.shape)} {like.dtype}, got {tuple(tensor.shape)} {tensor.dtype}"
                 )
         ctx = getattr(value, FLAT_CTX_ATTR)
-        tensor = type(value).__tensor_unflatten__(dict(zip(names, flat)), ctx, value.shape, None)  # type: ignore[attr-defined]
+        unflatten = type(value).__tensor_unflatten__  # type: ignore[attr-defined]
+        tensor = unflatten(dict(zip(names, flat)), ctx, value.shape, None)
         setattr(tensor, FLAT_NAMES_ATTR, names)
         setattr(tensor, FLAT_CTX_ATTR, ctx)
         return tensor

@@ -45,7 +45,8 @@ class TensorProto:
 
     @classmethod
     def describe(
-        cls, quantizer: Quantizer, shape: Sequence[int], dtype: torch.dtype, device: torch.device | str = "cpu"
+        cls, quantizer: Quantizer, shape: Sequence[int], dtype: torch.dtype,
+        device: torch.device | str = "cpu",
     ) -> TensorProto:
         """The proto of ``quantizer.quantize(x)`` for an ``x`` of this shape, dtype and device."""
         shape = tuple(int(s) for s in shape)
@@ -57,7 +58,8 @@ class TensorProto:
                 f"TensorProto: {type(quantizer).__name__}.describe_buffers names buffer(s) {unknown} that "
                 f"{type(quantizer).tensor_class.__name__} does not flatten (its buffers: {order})"
             )
-        buffers = tuple(BufferProto(name, tuple(spec[name][0]), spec[name][1]) for name in order if name in spec)
+        buffers = tuple(BufferProto(name, tuple(spec[name][0]), spec[name][1])
+                        for name in order if name in spec)
         return cls(quantizer, shape, dtype, torch.device(device), buffers)
 
     @property
@@ -109,9 +111,11 @@ class TensorProtoStrategy:
         # Describing inside a trace runs the quantizer's Python under Dynamo, which some
         # quantizers do not survive (a @property on an opaque value object trips an
         # internal assertion in torch 2.14); a proto made beforehand avoids that.
-        proto = like if like is not None else TensorProto.describe(tensor._quantizer, tensor.shape, tensor.dtype, tensor.device)
+        proto = like if like is not None else TensorProto.describe(
+            tensor._quantizer, tensor.shape, tensor.dtype, tensor.device)
         if not isinstance(proto, TensorProto):
-            raise TypeError(f"tensor_proto flat_buffers: like must be a TensorProto, got {type(proto).__name__}")
+            raise TypeError(
+                f"tensor_proto flat_buffers: like must be a TensorProto, got {type(proto).__name__}")
         return [getattr(tensor, name) for name in proto.names]
 
     def reassemble(self, value: object, flat: Sequence[torch.Tensor]) -> QuantizedTensor:

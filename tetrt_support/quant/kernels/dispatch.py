@@ -85,6 +85,8 @@ def _mxfp8(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) 
 def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
     if options.get("amax_reduction_group") is not None or set(options) - {"generator", "amax_reduction_group"}:
         return None
+    if q.row_scaled_nvfp4 or q.nvfp4_use_4over6:  # no kernel for these: the reference runs
+        return None
     from tetrt_support.quant.kernels.nvfp4 import nvfp4_quantize
 
     block_rows = 16 if q.with_2d_quantization else 1
@@ -114,7 +116,8 @@ def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) 
             uniform = torch.rand(matrix.shape, generator=options.get("generator"), device=matrix.device,
                                  dtype=torch.float32)
         data, scale, _, _, amax = nvfp4_quantize(matrix, None, block_rows, uniform=uniform)
-        out.update({f"_{layout}_data": data, f"_{layout}_scale_inv": scale, f"_amax_{layout}": amax})
+        out.update({f"_{layout}_data": data, f"_{layout}_scale_inv": q._store_scale_inv(scale, layout),
+                    f"_amax_{layout}": amax})
     return out
 
 
@@ -145,11 +148,13 @@ def _device_hadamard(sign_mask: int, device: torch.device) -> torch.Tensor:
 
 
 def _layouts(q: Any, rd: Any, rs: Any, cd: Any, cs: Any) -> dict[str, torch.Tensor | None]:
+    """The kernels return compact scales; the quantizer stores them in TE's (padded,
+    GEMM-ready or swizzled) layout, the same function the reference path goes through."""
     out: dict[str, torch.Tensor | None] = {}
     if q.rowwise_usage:
-        out.update(_rowwise_data=rd, _rowwise_scale_inv=rs)
+        out.update(_rowwise_data=rd, _rowwise_scale_inv=q._store_scale_inv(rs, "rowwise"))
     if q.columnwise_usage:
-        out.update(_columnwise_data=cd, _columnwise_scale_inv=cs)
+        out.update(_columnwise_data=cd, _columnwise_scale_inv=q._store_scale_inv(cs, "columnwise"))
     return out
 
 
@@ -184,7 +189,7 @@ def fast_matmul(a: Any, b: Any, *, transpose_a: bool, transpose_b: bool, out_dty
 
 
 def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
-    """(data, scale_inv, amax-or-None, layout) of the named copy, None when it is absent.
+    """(data, COMPACT scale_inv, amax-or-None, layout) of the named copy, None when it is absent.
 
     Data shapes, as the quantizers store them: per-tensor FP8 row-wise (M, K), column-wise
     (K, M); FP8 blockwise and NVFP4 column-wise (K, M) (the recipe on x^T); MXFP8
@@ -199,7 +204,7 @@ def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
     for name in ([layout] if layout else ["rowwise", "columnwise"]):
         data = getattr(t, f"_{name}_data", None)
         if data is not None:
-            return data, getattr(t, f"_{name}_scale_inv"), getattr(t, f"_amax_{name}", None), name
+            return data, t._quantizer.compact_scale_inv(t, name), getattr(t, f"_amax_{name}", None), name
     return None
 
 
@@ -291,7 +296,9 @@ def _nvfp4_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtyp
     from tetrt_support.quant.kernels.nvfp4 import nvfp4_operand_bf16
 
     (ad, as_, aa, la), (bd, bs, ba, lb) = pa, pb
-    if aa is None or ba is None:
+    if aa is None or ba is None or aa.numel() != 1 or ba.numel() != 1:  # row-scaled amaxes: the reference
+        return None
+    if a._quantizer.nvfp4_e4m3_max != 448 or b._quantizer.nvfp4_e4m3_max != 448:
         return None
     a_rows_are_op = (la == "columnwise") == ta
     bt_rows_are_stored = (lb == "columnwise") != tb

@@ -47,8 +47,8 @@ def _min_keep_nan(x, hi):
 
 @triton.jit
 def _e2m1_codes(v):
-    """``numerics.e2m1_encode`` of values already clamped to [-6, 6] (NaN -> code 0)."""
-    m = tl.abs(v)
+    """``numerics.e2m1_encode`` of values already clamped to [-6, 6] (NaN -> code 7, +6, as TE's cvt.satfinite)."""
+    m = tl.where(v != v, 6.0, tl.abs(v))
     index = ((m > 0.25).to(tl.int32) + (m >= 0.75).to(tl.int32) + (m > 1.25).to(tl.int32)
              + (m >= 1.75).to(tl.int32) + (m > 2.5).to(tl.int32) + (m >= 3.5).to(tl.int32)
              + (m > 5.0).to(tl.int32))
@@ -59,7 +59,7 @@ def _e2m1_codes(v):
 def _e2m1_codes_stochastic(v, u):
     """``numerics.e2m1_encode_stochastic``: round away from zero with probability equal to
     the distance from the lower grid value over the gap (both exact in fp32)."""
-    m = tl.minimum(tl.where(v != v, 0.0, tl.abs(v)), 6.0)
+    m = tl.minimum(tl.where(v != v, 6.0, tl.abs(v)), 6.0)  # NaN -> +6, as numerics.e2m1_encode_stochastic
     lower = ((m >= 0.5).to(tl.int32) + (m >= 1.0).to(tl.int32) + (m >= 1.5).to(tl.int32) + (m >= 2.0).to(tl.int32)
              + (m >= 3.0).to(tl.int32) + (m >= 4.0).to(tl.int32) + (m >= 6.0).to(tl.int32))
     value_lower = tl.where(lower < 4, lower.to(tl.float32) * 0.5,

@@ -1,0 +1,306 @@
+"""Tables, plots and target verdicts of the training benchmarks, for notebook 05.
+
+Two results files: the quantized Linear's training step against bf16 and torchao
+(``train_step_<device>.json``, :mod:`benchmarks.train_step`) and the loss study
+(``loss_curves_<device>.json``, :mod:`benchmarks.loss_study`). As in
+:mod:`tetrt_support.report.perf`, a claim is a ratio of two figures of one run, and a
+verdict is stated only for a GPU file: the targets were set for an H200.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tetrt_support.report.tables import Table
+
+__all__ = [
+    "COLORS",
+    "FORWARD_TARGETS",
+    "LOSS_RECIPES",
+    "PEER",
+    "STEP_TARGETS",
+    "final_loss_table",
+    "forward_table",
+    "loss_claim",
+    "loss_file_contents",
+    "missed_targets",
+    "plot_loss_study",
+    "profile_table",
+    "plot_step_speedups",
+    "running_mean",
+    "step_speedups",
+    "step_table",
+    "step_target_table",
+]
+
+PEER = "torchao_float8_tensorwise"  # the benchmark-only peer: torchao's float8 training, tensorwise
+LOSS_RECIPES = ("bf16", "fp8_current", "fp8_block", "mxfp8", "nvfp4")  # what the loss study trains
+_SMALL, _LARGE = "8192x4096x4096", "16384x8192x8192"
+# one colour per variant in every plot
+COLORS = {"bf16": "black", PEER: "tab:gray", "fp8_current": "tab:blue", "fp8_block": "tab:orange",
+          "mxfp8": "tab:green", "nvfp4": "tab:red"}
+
+# The step targets: speedup over bf16 (bf16 time / variant time) per variant and size T x K x N.
+# MXFP8 and NVFP4 are emulated on Hopper (no tensor-core GEMM for them there).
+STEP_TARGETS: dict[str, dict[str, float]] = {
+    "fp8_current": {_SMALL: 1.35, _LARGE: 1.6},
+    "fp8_block": {_SMALL: 1.2, _LARGE: 1.2},
+    "mxfp8": {_SMALL: 0.75, _LARGE: 0.75},
+    "nvfp4": {_SMALL: 0.75, _LARGE: 0.75},
+}
+# The FP8 current-scaling forward (quantization included) as a fraction of raw torch._scaled_mm.
+FORWARD_TARGETS = {"fp8_current_forward": 0.90, "fp8_current_forward_cached_weight": 0.95}
+_FORWARD_NAMES = {"fp8_current_forward": "FP8 forward / raw _scaled_mm",
+                  "fp8_current_forward_cached_weight": "FP8 fwd, cached W / _scaled_mm"}
+
+_MODES = {"train_step": "default", "train_step_reduce-overhead": "reduce-overhead"}
+
+
+def _is_gpu(result: Mapping[str, Any]) -> bool:
+    return bool(result["machine"].get("gpu"))
+
+
+def _sizes(result: Mapping[str, Any], suite: str) -> dict[str, Any]:
+    section = result["suites"].get(suite)
+    if section is None or "sizes" not in section:
+        raise KeyError(f"this train_step file has no suite {suite!r} (it has {sorted(result['suites'])})")
+    return section["sizes"]
+
+
+def _size_label(size: str) -> str:
+    t, k, n = size.split("x")
+    return f"T={t}, K={k}, N={n}"
+
+
+def step_speedups(result: Mapping[str, Any], suite: str = "train_step") -> dict[str, dict[str, float]]:
+    """variant -> size -> speedup over bf16 (bf16 step time / the variant's), measured variants only."""
+    out: dict[str, dict[str, float]] = {}
+    for size, entry in _sizes(result, suite).items():
+        for variant, v in entry["variants"].items():
+            if "speedup_vs_bf16" in v:
+                out.setdefault(variant, {})[size] = v["speedup_vs_bf16"]
+    return out
+
+
+def step_table(result: Mapping[str, Any], suite: str = "train_step") -> Table:
+    """Per variant (rows) and size: step time (CUDA events), speedup over bf16, and the host's
+    time per step issued back to back (above the step time: the step is host-bound)."""
+    sizes = _sizes(result, suite)
+    variants: list[str] = []
+    for entry in sizes.values():
+        variants += [v for v in entry["variants"] if v not in variants]
+    rows = []
+    for variant in variants:
+        row: list[str] = [variant]
+        for entry in sizes.values():
+            v = entry["variants"].get(variant, {})
+            if "median_s" in v:
+                host = v.get("host_ms_per_step")
+                row += [f"{1e3 * v['median_s']:.3f}", f"{v['speedup_vs_bf16']:.3f}x", "" if host is None else f"{host:.2f}"]
+            else:
+                row += ["failed" if "error" in v else "-", "", ""]
+        rows.append(row)
+    headers = ["variant"] + [h for size in sizes for h in (f"ms, {size}", "vs bf16", "host ms")]
+    mode = _MODES.get(suite, suite)
+    return Table(rows, headers, title=f"training step (compiled Linear, forward + backward), torch.compile mode {mode!r}")
+
+
+def _verdict(value: float | None, target: float) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value >= target else "MISSED"
+
+
+def _target_rows(result: Mapping[str, Any]) -> list[tuple[str, str, float, float | None, float | None]]:
+    """(target, size, needed, default-mode value, CUDA-graph value) for every step target."""
+    speed = step_speedups(result)
+    graphs = step_speedups(result, "train_step_reduce-overhead") if "train_step_reduce-overhead" in result["suites"] else {}
+    rows = []
+    for variant, targets in STEP_TARGETS.items():
+        for size, needed in targets.items():
+            rows.append((f"{variant} / bf16", size, needed, speed.get(variant, {}).get(size),
+                         graphs.get(variant, {}).get(size)))
+    for size in STEP_TARGETS["fp8_current"]:
+        def over_peer(s: Mapping[str, Mapping[str, float]]) -> float | None:
+            mine, peer = s.get("fp8_current", {}).get(size), s.get(PEER, {}).get(size)
+            return None if mine is None or peer is None else mine / peer
+        rows.append(("fp8_current / torchao float8", size, 1.0, over_peer(speed), over_peer(graphs) if graphs else None))
+    forward = result["suites"].get("forward_vs_scaled_mm", {})
+    for name, needed in FORWARD_TARGETS.items():
+        value = forward.get("variants", {}).get(name, {}).get("throughput_vs_scaled_mm")
+        size = "x".join(map(str, forward.get("m_n_k", ["?"])))
+        rows.append((_FORWARD_NAMES[name], size, needed, value, None))
+    return rows
+
+
+def step_target_table(result: Mapping[str, Any]) -> Table:
+    """Every target with the measured ratio, in default mode and with CUDA graphs (reduce-overhead)."""
+    gpu = _is_gpu(result)
+
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}x"
+
+    rows = []
+    for name, size, needed, value, graphs in _target_rows(result):
+        rows.append((name, size, f">= {needed}x", cell(value), _verdict(value, needed) if gpu else "",
+                     cell(graphs), _verdict(graphs, needed) if gpu and graphs is not None else ""))
+    headers = ("ratio", "size", "needed", "default", "verdict", "CUDA graphs", "verdict")
+    title = "targets (ratios within one run; default compile mode and reduce-overhead)"
+    return Table(rows, headers, title=title + ("" if gpu else "; no verdicts: not a GPU file"))
+
+
+def missed_targets(result: Mapping[str, Any]) -> list[str]:
+    """One plain sentence per target the run missed in default mode (with the CUDA-graph figure)."""
+    if not _is_gpu(result):
+        return ["no verdicts: the targets were set for an H200 and this file is not from a GPU"]
+    lines = []
+    for name, size, needed, value, graphs in _target_rows(result):
+        if value is not None and value >= needed:
+            continue
+        where = "not measured" if value is None else f"{value:.3f}x"
+        also = "" if graphs is None else f"; with CUDA graphs {graphs:.3f}x ({_verdict(graphs, needed)})"
+        lines.append(f"MISSED {name} at {size}: {where}, target >= {needed}x{also}")
+    return lines or ["every target met"]
+
+
+def forward_table(result: Mapping[str, Any]) -> Table:
+    """The FP8 forward (quantization included) against raw ``torch._scaled_mm`` on quantized operands."""
+    section = result["suites"]["forward_vs_scaled_mm"]
+    rows = [(name, f"{1e3 * v['median_s']:.3f}", f"{v['TFLOPs']:.0f}", f"{v['throughput_vs_scaled_mm']:.3f}")
+            for name, v in section["variants"].items() if "median_s" in v]
+    m, n, k = section["m_n_k"]
+    return Table(rows, ("variant", "ms", "TFLOP/s", "of raw _scaled_mm"), title=f"FP8 forward, m={m}, n={n}, k={k}, bf16 input")
+
+
+def profile_table(result: Mapping[str, Any], key: str, rows: int = 8) -> Table:
+    """The top GPU kernels of one profiled step (``VARIANT@TxKxN``), per step, with the host time."""
+    profiles = result["suites"].get("profiles", {})
+    if key not in profiles or "kernels" not in profiles[key]:
+        raise KeyError(f"no profile {key!r} in this file (it has {sorted(profiles)})")
+    p = profiles[key]
+    body = [(k["name"][:64], f"{k['us_per_step']:.1f}", f"{k['calls_per_step']:g}") for k in p["kernels"][:rows]]
+    title = (f"{key}: GPU kernels {p['gpu_us_per_step']:.0f} us per step, host {p['host_ms_per_step']:.2f} ms per step "
+             f"(over {p['steps']} steps)")
+    return Table(body, ("kernel", "us per step", "calls per step"), title=title)
+
+
+def plot_step_speedups(ax: Any, result: Mapping[str, Any], suite: str = "train_step") -> None:
+    """Grouped bars: speedup over bf16 per variant, one group per size; targets as black ticks."""
+    speed = step_speedups(result, suite)
+    sizes = list(_sizes(result, suite))
+    variants = [v for v in speed if v != "bf16"]
+    width = 0.8 / max(len(variants), 1)
+    for i, variant in enumerate(variants):
+        xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(sizes))]
+        ys = [speed[variant].get(size, 0.0) for size in sizes]
+        ax.bar(xs, ys, width * 0.92, label=variant.replace(PEER, "torchao float8"), color=COLORS.get(variant))
+        for x, size in zip(xs, sizes):
+            target = STEP_TARGETS.get(variant, {}).get(size)
+            if target is not None:
+                ax.plot([x - width / 2, x + width / 2], [target, target], color="k", linewidth=1.5)
+    ax.axhline(1.0, color="k", linestyle=":", linewidth=1)
+    ax.set_xticks(range(len(sizes)), [_size_label(s) for s in sizes])
+    ax.set_ylabel("speedup over bf16 (x)")
+    ax.set_title(f"torch.compile mode {_MODES.get(suite, suite)!r}", fontsize=10)
+
+
+# --------------------------------------------------------------------------------------
+# The loss study
+# --------------------------------------------------------------------------------------
+
+
+def loss_file_contents(result: Mapping[str, Any]) -> list[str]:
+    """What the file holds, exactly: the model, the data, and each recipe's steps (or error)."""
+    s = result["setup"]
+    lines = [f"{s['layers']} layer{'s' if s['layers'] != 1 else ''}, width {s['width']}, {s['heads']} heads, MLP {s['mlp']}; batch {s['batch']} x "
+             f"sequence {s['seq']}; {s['steps']} {s['optimizer']} steps at lr {s['lr']}; data: {s['data']}; "
+             f"lowest reachable loss (entropy rate) {s['entropy_rate_nats']:.4f} nats"]
+    for recipe, entry in result["recipes"].items():
+        if "losses" in entry:
+            done = len(entry["losses"])
+            note = "" if done == s["steps"] else f" (stopped early: of {s['steps']})"
+            lines.append(f"{recipe}: {done} steps{note}")
+        else:
+            lines.append(f"{recipe}: failed: {entry.get('error', '?')}")
+    missing = [r for r in LOSS_RECIPES if r not in result["recipes"]]
+    lines.append(f"recipes not in the file: {', '.join(missing)}" if missing else "every recipe of the study is in the file")
+    return lines
+
+
+def running_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of the last ``window`` values at each step (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def final_loss_table(result: Mapping[str, Any], last: int = 20) -> Table:
+    """Per recipe: steps, the mean of the last ``last`` losses, its distance to bf16 and to the entropy rate."""
+    recipes = result["recipes"]
+    floor = result["setup"]["entropy_rate_nats"]
+
+    def final(entry: Mapping[str, Any]) -> float:
+        tail = entry["losses"][-last:]
+        return sum(tail) / len(tail)
+
+    base = final(recipes["bf16"]) if "losses" in recipes.get("bf16", {}) else None
+    rows = []
+    for recipe, entry in recipes.items():
+        if "losses" not in entry:
+            rows.append((recipe, "failed", "", "", "", ""))
+            continue
+        value = final(entry)
+        rows.append((recipe, len(entry["losses"]), f"{value:.4f}", "" if base is None else f"{value - base:+.4f}",
+                     f"{value - floor:.4f}", f"{entry['wall_s']:.1f}"))
+    headers = ("recipe", "steps", f"mean of last {last}", "minus bf16", "above entropy rate", "wall s (eager)")
+    return Table(rows, headers, title=f"final loss, {_where(result)}")
+
+
+def loss_claim(result: Mapping[str, Any], last: int = 20) -> str:
+    """How far the recipes end from bf16: the largest gap of the mean of the last ``last`` losses."""
+    finals = {r: sum(e["losses"][-last:]) / len(e["losses"][-last:]) for r, e in result["recipes"].items() if "losses" in e}
+    if "bf16" not in finals or len(finals) < 2:
+        return f"{_where(result)}: no bf16 run and another recipe to compare"
+    diverged = [r for r, v in finals.items() if not math.isfinite(v)]
+    gaps = {r: v - finals["bf16"] for r, v in finals.items() if r != "bf16" and r not in diverged}
+    if not gaps:
+        return f"{_where(result)}: diverged (a non-finite loss): {', '.join(diverged)}"
+    furthest = max(gaps, key=lambda r: abs(gaps[r]))
+    line = (f"{_where(result)}: every recipe ends within {abs(gaps[furthest]):.4f} nats of bf16 (mean of the last "
+            f"{last}); furthest: {furthest} ({gaps[furthest]:+.4f})")
+    return line.replace("every recipe", "every other recipe") + f"; diverged: {', '.join(diverged)}" if diverged else line
+
+
+def _where(result: Mapping[str, Any]) -> str:
+    m = result["machine"]
+    return m["gpu"] if m.get("gpu") else f"CPU ({m['cpu_count']} cores)"
+
+
+def plot_loss_study(axes: Sequence[Any], result: Mapping[str, Any], window: int = 20) -> None:
+    """Left: every recipe's loss (running mean over ``window`` steps) and the entropy rate;
+    right: each recipe's running-mean loss minus bf16's, where the recipes differ."""
+    curves, diff = axes
+    recipes = {r: e["losses"] for r, e in result["recipes"].items() if "losses" in e}
+    smooth = {r: running_mean(losses, window) for r, losses in recipes.items()}
+    for recipe, values in smooth.items():
+        curves.plot(range(1, len(values) + 1), values, label=recipe, linewidth=1.2, color=COLORS.get(recipe))
+    curves.axhline(result["setup"]["entropy_rate_nats"], color="k", linestyle=":", linewidth=1)
+    curves.set_xlabel("step")
+    curves.set_ylabel(f"loss (nats, mean of {window})")
+    curves.set_title(f"{_where(result)}: loss; dotted: entropy rate", fontsize=10)
+    if "bf16" in smooth:
+        for recipe, values in smooth.items():
+            if recipe != "bf16":
+                n = min(len(values), len(smooth["bf16"]))
+                diff.plot(range(1, n + 1), [a - b for a, b in zip(values[:n], smooth["bf16"][:n])], label=recipe,
+                          linewidth=1.2, color=COLORS.get(recipe))
+        diff.axhline(0.0, color="k", linewidth=1)
+    diff.set_xlabel("step")
+    diff.set_ylabel("loss minus bf16's (nats)")
+    diff.set_title(f"{_where(result)}: distance to bf16", fontsize=10)
