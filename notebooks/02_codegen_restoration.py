@@ -8,7 +8,8 @@
 # complex tensors in and out?
 #
 # Torch-TensorRT's complex support answered "not quite", in three places: a retrace that
-# loses the pytree codegen, a codegen rebuilt from placeholder names at the complex I/O
+# loses the pytree codegen (the `complex_decomposition_adapter` pass of pytorch/TensorRT#4430,
+# which calls torch's `decompose_complex_in_graph` from pytorch/pytorch#169832), a codegen rebuilt from placeholder names at the complex I/O
 # adapter, an output boundary that misses getitems of multi-output blocks. Every failure
 # below is reproduced for real by `tetrt_support.history`: the shipped compiler's pass list
 # with the old passes swapped in (`compile_as(policy, ...)`). The last column of the final

@@ -52,9 +52,9 @@ family_summary_table(record["rows"])
 rows_table(record["rows"])
 
 # %% [markdown]
-# Inductor, swept for two families only: each case compiles its engine block with inductor on
-# first call, which took 5 to 150 s a case on the two shared cores here (the whole sweep would be
-# most of an hour); `--engines inductor` runs it for every family.
+# Inductor, every family, swept separately (`--engines inductor`): each case compiles its engine
+# block with inductor on first call, 3 to 49 s a case on the two shared cores here, so the
+# 44 cases took about 13 minutes of the sweep's own timing.
 
 # %%
 inductor = results.load(results.RESULTS_DIR / "hf_sweep_inductor.json", "hf_sweep")
@@ -271,6 +271,6 @@ print("ranges before:", ranges_before, "| unchanged after a retrace:", ranges_af
 # - **FNet's DFT-matrix path with another sequence length**: the model's own code requires
 #   `seq == tpu_short_seq_length`.
 #
-# Open: the full table covers eager and ONNX Runtime; inductor is swept for FNet and
-# WavTokenizer only (`--engines inductor` runs the rest; slow on two shared cores). Feature extractors' `stft` (Whisper, Parakeet, ...) runs in
+# Open: the full table covers eager and ONNX Runtime, the inductor table every family apart;
+# TensorRT was not run here. Feature extractors' `stft` (Whisper, Parakeet, ...) runs in
 # preprocessing, outside the model a compiler sees, so the sweep leaves it out.
