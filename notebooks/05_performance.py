@@ -24,9 +24,7 @@
 # TransformerEngine were not run anywhere: the H200 box has neither.
 
 # %%
-from tetrt_support.notebook import setup; setup()
-
-import textwrap
+from tetrt_support.notebook import setup, wrap_lines; setup()
 
 import matplotlib.pyplot as plt
 from IPython.display import display
@@ -37,8 +35,8 @@ from tetrt_support.report import perf, results, training
 RESULTS = "../benchmarks/results"
 cuda = results.load(f"{RESULTS}/perf_cuda.json", "perf")
 cpu = results.load(f"{RESULTS}/perf_cpu.json", "perf")
-print(textwrap.fill("GPU file: " + perf.machine_line(cuda), 110, subsequent_indent="  "))
-print(textwrap.fill("CPU file: " + perf.machine_line(cpu), 110, subsequent_indent="  "))
+print(*wrap_lines("GPU file: " + perf.machine_line(cuda)), sep="\n")
+print(*wrap_lines("CPU file: " + perf.machine_line(cpu)), sep="\n")
 print(optional.availability_line())
 
 # %% [markdown]
@@ -119,7 +117,7 @@ ax.set_xlabel("TFLOP/s (H200, log scale)")
 ax.invert_yaxis()
 plt.tight_layout()
 plt.show()
-print("\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in perf.linear_claims(cuda)))
+print(*wrap_lines("\n".join(perf.linear_claims(cuda))), sep="\n")
 
 # %% [markdown]
 # ## 4. The training step against bf16 and torchao (H200)
@@ -136,8 +134,8 @@ print("\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in per
 
 # %%
 steps = results.load(f"{RESULTS}/train_step_cuda.json", "train_step")
-print(textwrap.fill("file: " + perf.machine_line(steps), 110, subsequent_indent="  "))
-print(textwrap.fill("note: " + steps["note"], 110, subsequent_indent="  "))
+print(*wrap_lines("file: " + perf.machine_line(steps)), sep="\n")
+print(*wrap_lines("note: " + steps["note"]), sep="\n")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
@@ -196,8 +194,8 @@ display(*(training.profile_table(steps, key) for key in steps["suites"]["profile
 loss_gpu = results.load(f"{RESULTS}/loss_curves_cuda.json", "loss_study")
 loss_cpu = results.load(f"{RESULTS}/loss_curves_cpu.json", "loss_study")
 for name, study in (("H200", loss_gpu), ("CPU", loss_cpu)):
-    print(textwrap.fill(f"{name} file: {perf.machine_line(study)}", 110, subsequent_indent="  "))
-    print(textwrap.fill("; ".join(training.loss_file_contents(study)), 110, subsequent_indent="  "))
+    print(*wrap_lines(f"{name} file: {perf.machine_line(study)}"), sep="\n")
+    print(*wrap_lines("; ".join(training.loss_file_contents(study))), sep="\n")
 
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(10, 7))
@@ -226,7 +224,7 @@ print("\n".join(training.loss_claim(study) for study in (loss_gpu, loss_cpu)))
 
 # %%
 display(perf.rope_table(cpu), perf.attention_table(cpu), perf.linear_table(cpu))
-print("\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in perf.target_claims(cpu)))
+print(*wrap_lines("\n".join(perf.target_claims(cpu))), sep="\n")
 
 # %% [markdown]
 # ## 7. Lowering time against graph size (CPU)

@@ -16,7 +16,7 @@
 # This notebook reads that file for the full table and reproduces the silent wrong answer live.
 
 # %%
-from tetrt_support.notebook import setup; setup()
+from tetrt_support.notebook import setup, wrap_lines; setup()
 
 import warnings
 
@@ -93,8 +93,6 @@ print("matches eager:", torch.allclose(old(*args), SliceWrites()(*args)))
 # refuse in-place ops) while its buffer stays in the engine block; the whole-program check stops it:
 
 # %%
-import textwrap
-
 from tetrt_support.compiler import CompilationSettings
 from tetrt_support.compiler.verify import check_engine_blocks, keep_reference_blocks
 
@@ -105,7 +103,7 @@ passes = [p for p in pipeline.PASSES if p not in unguarded]
 try:
     pipeline.run_passes(program, "onnxruntime", "rewrite", passes, CompilationSettings(min_block_size=1))
 except EngineMismatchError as error:
-    print(textwrap.fill(type(error).__name__ + ": " + str(error).split(" differs")[0], 100))
+    print(*wrap_lines(type(error).__name__ + ": " + str(error).split(" differs")[0]), sep="\n")
 
 # %%
 import tetrt_support

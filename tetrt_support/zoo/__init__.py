@@ -11,62 +11,18 @@
 
 from __future__ import annotations
 
-from tetrt_support.zoo.rope import (
-    ZOO,
-    ComplexRoPE,
-    ComplexRoPEAttention,
-    ComplexRoPEPolar,
-    RotateHalfRoPE,
-    ZooEntry,
-    ZooExport,
-    apply_complex_rope,
-    apply_rotate_half_rope,
-    build_model,
-    example_inputs,
-    export_llama4,
-    export_model,
-    half_to_interleaved,
-    interleaved_to_half,
-    llama4_config,
-    llama4_example_inputs,
-    precompute_freqs_cis,
-    rope_inverse_frequencies,
-    rotate_half,
-    tiny_llama4,
-)
+from tetrt_support.zoo import rope
+from tetrt_support.zoo.rope import *  # noqa: F403 (the RoPE zoo is the package's eager part)
 
-__all__ = [
-    "HF_FAMILIES",
-    "ZOO",
-    "ComplexRoPE",
-    "ComplexRoPEAttention",
-    "ComplexRoPEPolar",
-    "HFFamily",
-    "RotateHalfRoPE",
-    "ZooEntry",
-    "ZooExport",
-    "apply_complex_rope",
-    "apply_rotate_half_rope",
-    "build_model",
-    "complex_modeling_files",
-    "example_inputs",
-    "export_family",
-    "export_llama4",
-    "export_model",
-    "half_to_interleaved",
-    "interleaved_to_half",
-    "llama4_config",
-    "llama4_example_inputs",
-    "precompute_freqs_cis",
-    "rope_inverse_frequencies",
-    "rotate_half",
-    "tiny_llama4",
-]
+# Loaded on first use by ``__getattr__``: they import transformers' model code.
+_FROM_HF = ("HF_FAMILIES", "HFFamily", "export_family")
+
+__all__ = sorted([*rope.__all__, *_FROM_HF, "complex_modeling_files"])
 
 
 def __getattr__(name: str):
     # The Hugging Face families import transformers model code: only when asked for.
-    if name in ("HF_FAMILIES", "HFFamily", "export_family"):
+    if name in _FROM_HF:
         from tetrt_support.zoo import hf
 
         return getattr(hf, name)
