@@ -1,7 +1,7 @@
 """The one benchmark entry point: every suite, every results file.
 
     python -m benchmarks.perf --device cpu                 # every CPU suite, full sizes
-    python -m benchmarks.perf --device cuda                # rope, attention, linear, train_step, loss_study on the GPU
+    python -m benchmarks.perf --device cuda                # rope, attention, linear, train_step, loss_study, llama4
     python -m benchmarks.perf --suites lowering            # one suite
     python -m benchmarks.perf --suites rope --quick        # a smoke run
 
@@ -22,7 +22,10 @@ Suites, and the file each writes under ``benchmarks/results/``:
   ``--reference-too`` the reference quantizers;
 - ``loss_study`` (:mod:`benchmarks.loss_study`, either device) -> ``loss_curves_<device>.json``:
   a small transformer trained with bf16 and every recipe, the loss of every step. Runs by
-  default on cuda only; on a CPU (a smaller model, a few minutes) name it.
+  default on cuda only; on a CPU (a smaller model, a few minutes) name it;
+- ``llama4`` (:mod:`benchmarks.llama4`, either device; by default on cuda only) ->
+  ``llama4_<device>.json``: a mid-size HF Llama 4 forward (bf16) eager, ``torch.compile``d and
+  through ``tetrt_support.compile(backend="inductor")`` by both lowering strategies.
 
     python -m benchmarks.perf --device cuda --suites train_step --rounds 5 --modes default,reduce-overhead
     python -m benchmarks.perf --device cpu --suites loss_study
@@ -55,19 +58,22 @@ from tetrt_support.report.timing import Stopwatch  # noqa: E402
 # suite -> the results file it belongs to ({device} is filled in)
 FILES = {"rope": "perf_{device}", "attention": "perf_{device}", "linear": "perf_{device}",
          "lowering": "lowering", "fake_impls": "fake_impls", "train_step": "train_step_{device}",
-         "loss_study": "loss_curves_{device}"}
+         "loss_study": "loss_curves_{device}", "llama4": "llama4_{device}"}
 BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impls": "fake_impls",
-                     "train_step_{device}": "train_step", "loss_curves_{device}": "loss_study"}
+                     "train_step_{device}": "train_step", "loss_curves_{device}": "loss_study",
+                     "llama4_{device}": "llama4"}
 HOST_SUITES = ("lowering", "fake_impls")  # measure host (CPU) work: --device cpu only
 CUDA_SUITES = ("train_step",)  # measure GPU kernels: --device cuda only
 DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls"),
-                  "cuda": ("rope", "attention", "linear", "train_step", "loss_study")}
+                  "cuda": ("rope", "attention", "linear", "train_step", "loss_study", "llama4")}
 
 SIZES = {  # (device, quick) -> sizes of the device suites
-    ("cpu", False): {"rope": [2, 512, 8, 64], "attention": (2, 256, 256, 4), "linear": (256, 512, 512)},
-    ("cpu", True): {"rope": [1, 64, 4, 32], "attention": (1, 32, 64, 4), "linear": (64, 128, 128)},
-    ("cuda", False): {"rope": [8, 4096, 32, 128], "attention": (8, 2048, 2048, 16), "linear": (8192, 8192, 8192)},
-    ("cuda", True): {"rope": [2, 1024, 8, 64], "attention": (2, 512, 512, 8), "linear": (1024, 1024, 1024)},
+    ("cpu", False): {"rope": [2, 512, 8, 64], "attention": (2, 256, 256, 4), "linear": (256, 512, 512), "llama4": "small"},
+    ("cpu", True): {"rope": [1, 64, 4, 32], "attention": (1, 32, 64, 4), "linear": (64, 128, 128), "llama4": "tiny"},
+    ("cuda", False): {"rope": [8, 4096, 32, 128], "attention": (8, 2048, 2048, 16), "linear": (8192, 8192, 8192),
+                      "llama4": "mid"},
+    ("cuda", True): {"rope": [2, 1024, 8, 64], "attention": (2, 512, 512, 8), "linear": (1024, 1024, 1024),
+                     "llama4": "small"},
 }
 
 LINEAR_RECIPES = ("fp8_current", "mxfp8", "nvfp4")  # the linear suite's default cases
@@ -111,6 +117,10 @@ def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Callable[
         from benchmarks import loss_study
 
         return loss_study.run(device, quick, recipes=recipes, steps=args.steps)
+    if suite == "llama4":
+        from benchmarks import llama4
+
+        return {"llama4": llama4.run(device, llama4.CASES[sizes["llama4"]], rounds=args.rounds or max(5, iters // 2))}
     raise ValueError(f"unknown suite {suite!r}; valid: {', '.join(FILES)}")
 
 
@@ -137,7 +147,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=pathlib.Path, default=None, help="write the files here instead")
     training = parser.add_argument_group("train_step and loss_study")
     training.add_argument("--sizes", default=None, help="train_step sizes TxKxN, comma-separated")
-    training.add_argument("--rounds", type=int, default=None, help="train_step: round-robin rounds (samples) per variant")
+    training.add_argument("--rounds", type=int, default=None, help="train_step, llama4: round-robin rounds (samples) per variant")
     training.add_argument("--modes", default="default", help="train_step: torch.compile modes, comma-separated "
                           "(default, reduce-overhead = CUDA graphs)")
     training.add_argument("--profile", type=pathlib.Path, default=None, help="train_step: write kernel and host profiles here")
@@ -212,6 +222,10 @@ def main(argv: list[str] | None = None) -> None:
             from benchmarks.loss_study import summary as loss_study_summary
 
             print(json.dumps(loss_study_summary(result), indent=1))
+        elif result["benchmark"] == "llama4" and "llama4" in result:
+            from benchmarks.llama4 import summary as llama4_summary
+
+            print(json.dumps(llama4_summary(result), indent=1))
         elif result["benchmark"] == "fake_impls" and "summary" in result:
             print(json.dumps({"code_lines": result["code_lines"], "summary": result["summary"]}, indent=1))
 

@@ -267,7 +267,8 @@ def run(quick: bool = False, *, sizes: list[str] | None = None, variants: list[s
     Returns ``{"machine": {...}, "suites": {...}}``: ``train_step`` (default compile mode) and
     ``train_step_<mode>`` per other mode, each ``{"step", "sizes": {TxKxN: bench_size(...)}}``;
     ``train_step_reference_quantizers`` with ``reference_too``; ``forward_vs_scaled_mm``;
-    ``profiles`` with ``profile_dir``. ``write`` gets the partial result after each size.
+    ``profiles`` and ``host_breakdown`` (:mod:`benchmarks.host_breakdown`) with ``profile_dir``.
+    ``write`` gets the partial result after each size.
     """
     if not torch.cuda.is_available():
         raise RuntimeError("the train_step suite needs a CUDA device")
@@ -319,6 +320,15 @@ def run(quick: bool = False, *, sizes: list[str] | None = None, variants: list[s
                 except Exception as e:  # noqa: BLE001
                     result["suites"]["host_profile_error"] = f"{type(e).__name__}: {e}"
             torch._dynamo.reset()
+        from benchmarks.host_breakdown import breakdown
+
+        t, k, n = (int(v) for v in sizes[0].split("x"))
+        try:
+            result["suites"]["host_breakdown"] = {"size": sizes[0], "recipe": "fp8_current",
+                                                  "host_us_per_call": breakdown(t, k, n)}
+        except Exception as e:  # noqa: BLE001 - a failed breakdown must not lose the timings
+            result["suites"]["host_breakdown"] = {"error": f"{type(e).__name__}: {e}"}
+        torch._dynamo.reset()
         save()
     return result
 

@@ -78,14 +78,14 @@ Table([(name, 5, frames, graphs_seen, same) for name, frames, graphs_seen, same 
 # evaluates with only the globals it returns (a dtype travels as its name).
 
 # %%
-nvfp4 = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)
-traced = trace_over(make_step(NVFP4Quantizer), [nvfp4], torch.randn(16, 32))
+nvfp4 = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)  # the transform takes bf16 input, as TE's kernels
+traced = trace_over(make_step(NVFP4Quantizer), [nvfp4], torch.randn(16, 32, dtype=torch.bfloat16))
 print(*wrap_lines(traced.graphs[0].code.strip()), sep="\n")  # long lines wrapped for the page
 
 # %%
 expr, fx_globals = nvfp4.__fx_repr__()
 rebuilt = eval(expr, dict(fx_globals))  # nothing from the surrounding scope
-x = torch.randn(64, 128)
+x = torch.randn(64, 128, dtype=torch.bfloat16)
 a, b = nvfp4.quantize(x), rebuilt.quantize(x)
 print("globals:", sorted(fx_globals))
 print("rebuilt == original:", rebuilt == nvfp4, "| same hash:", hash(rebuilt) == hash(nvfp4), "| same object:", rebuilt is nvfp4)
@@ -238,18 +238,20 @@ with single_process_group() as group:
 # ## 5. Evidence: each format's error on the same activations
 #
 # 256 tokens × 1024 channels of Gaussian activations with 8 outlier channels (×20), as in
-# LLM hidden states, quantized and dequantized by every value quantizer.
+# LLM hidden states, in bf16 (as TE's kernels take them: they refuse the Hadamard
+# transform on any other dtype), quantized and dequantized (to fp32) by every value quantizer.
 
 # %%
 torch.manual_seed(0)
 acts = torch.randn(256, 1024)
 acts[:, torch.randperm(1024)[:8]] *= 20.0
+acts = acts.bfloat16()
 formats = {"FP8 current (E4M3)": Float8CurrentScalingQuantizer(), "FP8 block 1x128": Float8BlockQuantizer(block_scaling_dim=1),
            "MXFP8 1x32": MXFP8Quantizer(), "NVFP4 1x16": NVFP4Quantizer(),
            "NVFP4 16x1 (col-wise)": NVFP4Quantizer(rowwise_usage=False, columnwise_usage=True),
            "NVFP4 16x1 + RHT": NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rowwise_usage=False, columnwise_usage=True)}
-errors = {name: q.quantize(acts).dequantize() - acts for name, q in formats.items()}
-stats = {name: error_stats(acts, acts + err) for name, err in errors.items()}
+errors = {name: q.quantize(acts).dequantize(torch.float32) - acts.float() for name, q in formats.items()}
+stats = {name: error_stats(acts, acts.float() + err) for name, err in errors.items()}
 Table([(name, f"{s['rel_rms']:.4f}", f"{s['max_abs']:.3f}", f"{s['sqnr_db']:.2f}") for name, s in stats.items()],
       ["format (row-wise copy unless named)", "rel RMS err", "max |err|", "SQNR dB"])
 

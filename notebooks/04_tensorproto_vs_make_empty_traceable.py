@@ -100,14 +100,14 @@ print(inspect.getsource(make_empty_traceable.stash_flatten))
 print(inspect.getsource(make_empty_traceable.MakeEmptyTraceableStrategy))
 
 # %% [markdown]
-# What each fake impl hands on, for an NVFP4 activation of shape (32, 64), and the flat
+# What each fake impl hands on, for a bf16 NVFP4 activation of shape (32, 64), and the flat
 # tensors both turn it into:
 
 # %%
 q = get_recipe("nvfp4").input()
 meta = torch.device("meta")
-proto = get_strategy("tensor_proto").fake_quantized(q, (32, 64), torch.float32, meta)
-empty = get_strategy("make_empty_traceable").fake_quantized(q, (32, 64), torch.float32, meta)
+proto = get_strategy("tensor_proto").fake_quantized(q, (32, 64), torch.bfloat16, meta)
+empty = get_strategy("make_empty_traceable").fake_quantized(q, (32, 64), torch.bfloat16, meta)
 flat = {name: [(tuple(t.shape), t.dtype) for t in get_strategy(name).flat_fake(v)]
         for name, v in (("tensor_proto", proto), ("make_empty_traceable", empty))}
 print("make_empty_traceable:", type(empty).__name__, "with ctx keys", sorted(empty._te_flat_ctx))
@@ -172,7 +172,7 @@ for name in FAKE_IMPLS:
 
 # %%
 for recipe in ("nvfp4", "fp8_block"):
-    q, x4 = get_recipe(recipe).input(), torch.randn(16, 64)
+    q, x4 = get_recipe(recipe).input(), torch.randn(16, 64, dtype=torch.bfloat16)  # bf16: the nvfp4 input's RHT takes no other
     for name in FAKE_IMPLS:
         try:
             rebuilt = hazards.template_and_reassemble_in_trace(name, q, x4, "aot_eager")
@@ -186,7 +186,10 @@ for recipe in ("nvfp4", "fp8_block"):
 #
 # Live, every recipe under `aot_eager` (inductor is covered by the tests and the
 # benchmark): one frame, one graph, no graph break, losses bit-identical to the
-# uncompiled run, for both strategies.
+# uncompiled run, for both strategies. The tiny MLP is fp32, so its nvfp4 recipe is
+# `get_recipe("nvfp4", rht_any_input_dtype=True)`: the Hadamard transform on fp32, as TE's
+# reference quantizer computes it (TE's kernels take it on bf16 only). A Linear takes such
+# a `Recipe` as well as a name, and shows it by name and non-default options.
 
 # %%
 Table.from_records(measure.compile_matrix(RECIPES, FAKE_IMPLS))

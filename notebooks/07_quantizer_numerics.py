@@ -50,6 +50,11 @@ print(*wrap_lines("TransformerEngine was not run here: the comparison is against
 # scale buffers *in TE's allocated layout* (padding included) and the amaxes. A cell reads
 # "all" when every byte of every buffer equals TE's in fp32 and in bf16 input, else the
 # worst buffer's fraction ("–" would mark a family a configuration does not compare).
+# Three rows name a setting beyond TE's quantizer options: the RHT row sets
+# `rht_any_input_dtype=True`, TE's *reference* rule, so that its fp32 column can run at
+# all (TE's kernels refuse the transform on fp32, section 4; on bf16 the flag changes no
+# byte, a named test checks it), and the two "fast" rows are 4over6 with TE's opt-in fast-math error,
+# `NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=1` (`nvfp4_4over6_err_use_fast_math=True`, section 2).
 
 # %%
 def summary_cell(case, family_name):
@@ -78,7 +83,11 @@ print(f"{len(summary.rows)} configurations × {len(te_cases.FAMILIES)} families 
 # reference's `torch.amax` propagates it), `compute_scale_from_amax` returns scale 1 for
 # an infinite amax (the reference computes 0), and NVFP4's E2M1 conversion
 # (`cvt.satfinite`) writes a NaN element as +6, code 7 (the reference's bins leave code 0);
-# under 4over6 a NaN makes both candidates' errors NaN and map-to-6 is kept.
+# under 4over6 a NaN makes both candidates' errors NaN and map-to-6 is kept. One place
+# follows the reference instead: a scaled element equal to -0.0 is E2M1 code 0, as
+# `cast_to_fp4x2` bins it; TE's kernel `cvt` keeps the sign and writes code 8 (so CUDA's
+# own software form of that conversion in `cuda_fp4.hpp`; not run on hardware here). Both
+# decode to zero, and a negative that only *rounds* to zero is code 8 on both sides.
 #
 # ## 2. Worked examples: one block per format, checkable by hand
 #
@@ -165,6 +174,12 @@ Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c), f"{numerics.E2M1_VALUES[int(c) 
 # `((code · scale) · global_amax) / (6 · E)` with `E` = 448 or 256 (`nvfp4_e4m3_max`, the
 # global scale's bound, 256 by default in TE's recipe); the candidate with the strictly
 # smaller sum of |error| (MAE) or error² (MSE) over the 16 elements wins (a tie: map-to-6).
+# TE's opt-in fast-math variant (`NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=1`; here
+# `nvfp4_4over6_err_use_fast_math=True`) measures the error in the scaled domain instead,
+# `fp16(code · scale) − x · S`: the fp16 product is exact (at most 6 significant bits,
+# magnitudes up to 2688), so the two errors differ by the factor `global_amax / (6 · E)`
+# and by rounding, which decides near ties and where the exact path's products underflow
+# or overflow (tiny, huge and near-max inputs).
 
 # %%
 x = torch.zeros(1, 32)
@@ -177,12 +192,13 @@ for name, factor in (("map-to-4 (x1.5)", 1.5), ("map-to-6", 1.0)):
     decode = float(torch.tensor(float(np.float32(base * np.float32(factor)))).to(torch.float8_e4m3fn).float())
     values = numerics.e2m1_decode(numerics.e2m1_encode(torch.clamp(x[0, :16] * (1 / (decode / float(s_enc))), -6, 6)))
     recon = values * decode * 12.0 / (6 * 256)
+    fast = (values * decode - x[0, :16] * float(s_enc)).abs().sum().item()  # scaled domain, S = 128
     candidates.append([name, decode, " ".join(f"{v:g}" for v in values[:6].tolist()) + " …",
-                       f"{(recon - x[0, :16]).abs().sum().item():.4f}"])
+                       f"{(recon - x[0, :16]).abs().sum().item():.4f}", f"{fast:.2f}"])
 t4 = NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, columnwise_usage=False).quantize(x)
 stored = t4._quantizer.compact_scale_inv(t4, "rowwise").float()[0, 0].item()
 print("stored block scale:", stored, "->", next(c[0] for c in candidates if c[1] == stored), "wins")
-Table(candidates, ["candidate", "E4M3 scale", "E2M1 values (first 6)", "MAE over the block"])
+Table(candidates, ["candidate", "E4M3 scale", "E2M1 values (first 6)", "MAE over the block", "MAE, fast-math"])
 
 # %% [markdown]
 # ## 3. TE's scale layouts
@@ -223,6 +239,19 @@ Table([[f"({i}, {j})", k] for i, j, k in examples], ["scale (row, column)", "byt
 #
 # Each of these is a minimal reproduction kept as a named regression test in
 # `tests/quant/test_te_exact.py` (the defaults: `tests/quant/test_te_defaults.py`).
+#
+# First the input-dtype rule of the Hadamard transform. TE's C++ quantize path refuses it
+# for anything but bf16 (`NVFP4Quantizer::quantize_impl` in `pytorch/csrc/quantizer.cpp`,
+# whatever the usage); its pure-PyTorch reference quantizer accepts any dtype. The
+# default here is the kernels' refusal, naming what to change:
+
+# %% tags=["raises-exception"]
+NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(torch.randn(32, 64))
+
+# %% [markdown]
+# `rht_any_input_dtype=True` (a value field, so it is part of the quantizer's identity
+# under torch.compile) gives the reference's behaviour: the transform runs on the fp32
+# input and is rounded to fp32.
 
 # %%
 a = torch.tensor([[2.7630667686462402]])
@@ -245,7 +274,13 @@ checks = [
      (numerics.unpack_fp4(row_nvfp4.quantize(nan_row)._rowwise_data)[0, 3].item(),
       torch.equal(row_nvfp4.quantize(nan_row)._rowwise_scale_inv.view(torch.uint8),
                   row_nvfp4.quantize(torch.nan_to_num(nan_row, nan=0.0))._rowwise_scale_inv.view(torch.uint8))), (7, True)),
-    ("E2M1 of -0.0 is code 0", numerics.e2m1_encode(torch.tensor([-0.0])).item(), 0),
+    ("E2M1 of -0.0 is code 0 (reference; the kernel's cvt writes 8)", numerics.e2m1_encode(torch.tensor([-0.0])).item(), 0),
+    ("E2M1 of -0.1 (rounds to zero) is code 8, on both sides", numerics.e2m1_encode(torch.tensor([-0.1])).item(), 8),
+    ("RHT on fp32 with rht_any_input_dtype=True: quantized, transform in fp32",
+     NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_any_input_dtype=True).quantize(torch.randn(32, 64)).dtype,
+     torch.float32),
+    ("4over6 fast-math error is opt-in, as TE's environment variable",
+     NVFP4Quantizer(nvfp4_use_4over6=True).nvfp4_4over6_err_use_fast_math, False),
     ("delayed scaling keeps the scale when amax is inf", dq.scale.item(), 3.0),
     ("blockwise scale for an overflowing bf16 block = 1/bf16 max",
      Float8BlockQuantizer(force_pow_2_scales=False).quantize(torch.full((1, 128), 1e-38, dtype=torch.bfloat16))._rowwise_scale_inv[0, 0].item(),
@@ -267,18 +302,18 @@ Table([[name, repr(got), got == want] for name, got, want in checks], ["TE's rul
 # ## 5. What remains open
 #
 # - The oracle is a restatement, not TE: TransformerEngine's kernels were not run. Where
-#   the two could still differ is where TE's documentation is its CUDA code: the sign of
-#   the E2M1 zero written for -0.0 (TE's reference writes code 0, followed here; the
-#   kernel's `cvt` was not checked), and summation order inside the Hadamard transform
+#   the two could still differ is the summation order inside the Hadamard transform
 #   (computed here exactly and rounded once; TE's kernel accumulates in fp32 on tensor
 #   cores — the same bytes whenever that fp32 sum is exact, which bf16 inputs of a normal
 #   spread give).
-# - TE's C++ quantize path refuses the Hadamard transform for non-bf16 input ("RHT is only
-#   supported for bfloat16 input"); its Python reference, and this package, accept fp32.
+# - The E2M1 code of -0.0 is the one place where TE's reference and kernel write different
+#   bytes for a finite input (0 and 8) and this package follows the reference. TE's own
+#   exact test compares the two with `atol=0` but never feeds a -0.0, so it cannot say
+#   which is meant. Such zeros are common: dropout turns every dropped negative into -0.0.
 # - Stochastic rounding (NVFP4 gradients) is seeded and reproducible here, but its random
-#   bits are not TE's, which come from inside its kernel: those bytes cannot match.
-# - 4over6 follows TE's default error path; the `NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH`
-#   variant (errors from FP16 products) is not implemented. The padding of scale buffers
-#   is unspecified in TE outside its swizzled layout and is zero here.
+#   bits are not TE's: TE draws them inside its kernel (Philox), so those bytes cannot
+#   match; what is tested is the property (unbiased, the same bytes for the same seed).
+# - The padding of scale buffers is unspecified in TE outside its swizzled layout and is
+#   zero here.
 # - FP8 blockwise has one scale layout here, TE's GEMM-ready one; TE's conversion of
 #   blockwise scales for MXFP8-style GEMMs (`swizzle_block_scaling.cu`) is not modelled.

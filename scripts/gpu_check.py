@@ -69,6 +69,17 @@ def mismatches(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((a != b).sum())
 
 
+def differences(a: torch.Tensor, b: torch.Tensor, limit: int = 4) -> list[list[Any]]:
+    """Up to ``limit`` [flat index, fast bits, reference bits] where the bit patterns differ."""
+    a, b = a.detach().cpu().contiguous().reshape(-1), b.detach().cpu().contiguous().reshape(-1)
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}.get(a.element_size())
+    if ints is None or a.dtype != b.dtype:
+        return []
+    ia, ib = a.view(ints).long(), b.view(ints).long()
+    where = torch.nonzero(ia != ib).reshape(-1)[:limit].tolist()
+    return [[i, hex(int(ia[i]) & 0xFFFFFFFF), hex(int(ib[i]) & 0xFFFFFFFF)] for i in where]
+
+
 def inputs(shape: tuple[int, int], dtype: torch.dtype, special: bool, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=g) * torch.exp(torch.randn(shape, generator=g) * 2)
@@ -94,6 +105,7 @@ def compare(name: str, fast: dict[str, torch.Tensor | None], ref: dict[str, torc
         entry = {"equal_cpu_reference": ok}
         if not ok and fast[key] is not None and value is not None and fast[key].shape == value.shape:
             entry["mismatches"] = mismatches(fast[key], value)
+            entry["first_differences"] = differences(fast[key], value)
         if ref_cuda is not None:
             entry["cuda_eager_reference_equals_cpu"] = bytes_equal(ref_cuda[key], value)
         row["buffers"][key] = entry
@@ -107,6 +119,7 @@ def check_kernels(results: list[dict[str, Any]], shapes: list[tuple[int, int]] |
     from tetrt_support.quant.kernels import float8 as F
     from tetrt_support.quant.kernels import mxfp8 as MX
     from tetrt_support.quant.kernels import nvfp4 as NV
+    from tetrt_support.quant.kernels.hadamard import rht_transpose
 
     shapes = shapes or [(256, 512), (192, 320), (1000, 384), (1024, 2048)]
     for shape in shapes:
@@ -159,6 +172,11 @@ def check_kernels(results: list[dict[str, Any]], shapes: list[tuple[int, int]] |
                                 {"row_data": a, "row_scale": b, "col_data": c, "col_scale": e, "amax": am.reshape(())},
                                 {"row_data": ra, "row_scale": rb, "col_data": rc, "col_scale": re_, "amax": ram},
                                 {"row_data": ga, "row_scale": gb, "col_data": gc, "col_scale": ge, "amax": gam}, results)
+                    for mask in (0, N.TE_RHT_SIGN_MASK):
+                        h = N.random_hadamard_matrix(mask)
+                        compare(f"rht transpose mask={mask:#06x} {tag}",
+                                {"rotated": rht_transpose(xc, h.cuda())}, {"rotated": N.apply_hadamard(xt, h)},
+                                {"rotated": N.apply_hadamard(xc.t().contiguous(), h.cuda())}, results)
                     op = NV.nvfp4_operand_bf16(ra.cuda(), rb.cuda())
                     ref = N.e2m1_decode(N.unpack_fp4(ra)) * N.expand_block_scales(rb.float(), 1, 16, tuple(x.shape))
                     compare(f"nvfp4 bf16 operand {tag}", {"operand": op, "operand_as_fp32": op.float()},
@@ -320,7 +338,10 @@ def check_compile(report: dict[str, Any]) -> None:
 
 
 def time_kernels(report: dict[str, Any]) -> None:
-    """Median GPU time of each kernel at one training size (bandwidth against the bytes it must move)."""
+    """Median GPU time of each kernel at one training size (bandwidth against the bytes it must move).
+
+    Timed as CUDA-graph replays (``do_bench_cudagraph``): at this size a kernel's Python launch
+    costs about as much as the kernel, and a plain loop of launches would time the host."""
     import triton.testing
 
     from tetrt_support.quant.kernels import float8 as F
@@ -339,6 +360,10 @@ def time_kernels(report: dict[str, Any]) -> None:
     xn, xns, _, _, _ = NV.nvfp4_quantize(x)
     a16, b16 = x.clone(), w.clone()
     alpha = torch.tensor([0.5], device="cuda")
+    from tetrt_support.quant import numerics
+    from tetrt_support.quant.kernels.hadamard import rht_transpose
+
+    hadamard = numerics.random_hadamard_matrix(device="cuda")
     cases = {
         "amax": (lambda: tensor_amax_bits(x), 2 * m * k),
         "current_scaling rowwise+transpose": (lambda: F.current_scaling_quantize(x, e4, rowwise=True, columnwise=True),
@@ -349,12 +374,21 @@ def time_kernels(report: dict[str, Any]) -> None:
         "mxfp8 dequantize bf16": (lambda: MX.mxfp8_dequantize_bf16(xm, xms, 1, 32), 3 * m * k),
         "nvfp4 both (amax included)": (lambda: NV.nvfp4_quantize(x, rowwise=True, columnwise=True), 2 * m * k * 2 + m * k),
         "nvfp4 operand bf16": (lambda: NV.nvfp4_operand_bf16(xn, xns), 2.5 * m * k),
+        "rht transpose (nvfp4 column-wise operand)": (lambda: rht_transpose(x, hadamard), 4 * m * k),
         "copy bf16 (ceiling)": (lambda: x.clone(), 4 * m * k),
     }
     out: dict[str, Any] = {}
+
+    def median_ms(name: str, fn: Any) -> float:
+        try:
+            return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+        except Exception:  # noqa: BLE001 - not capturable: time launches (host included)
+            out.setdefault("timed_without_graphs", []).append(name)
+            return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
     for name, (fn, nbytes) in cases.items():
         try:
-            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            ms = median_ms(name, fn)
             out[name] = {"us": round(ms * 1e3, 1), "GBps": round(nbytes / ms / 1e6, 0)}
         except Exception as e:  # noqa: BLE001
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
@@ -365,7 +399,7 @@ def time_kernels(report: dict[str, Any]) -> None:
     }
     for name, fn in gemms.items():
         try:
-            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            ms = median_ms(name, fn)
             out[name] = {"us": round(ms * 1e3, 1), "TFLOPs": round(2 * m * n * k / ms / 1e9, 0)}
         except Exception as e:  # noqa: BLE001
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}

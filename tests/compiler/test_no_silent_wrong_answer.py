@@ -155,3 +155,19 @@ def test_a_no_grad_region_compiles_with_either_strategy(strategy: str) -> None:
     torch.testing.assert_close(compiled(z, x), NoGradRegion()(z, x))
     with pytest.raises(TypeError, match="complex"):
         compiled(x, x)  # the input check still runs first
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_check_bounds_low_precision_outputs_in_their_own_ulps(dtype: torch.dtype) -> None:
+    """A correct bf16/fp16 engine rounds elsewhere than PyTorch by a few ulps (a float32
+    bound would reject it); an engine off by the size of the values is still refused."""
+    from tetrt_support.compiler.verify import LOW_PRECISION_ULPS, compare_outputs, relative_tolerance
+
+    eps = torch.finfo(dtype).eps
+    assert relative_tolerance(dtype) == LOW_PRECISION_ULPS * eps
+    assert relative_tolerance(torch.float32) == 1e-4
+    expected = torch.linspace(-1, 1, 64, dtype=torch.float32).to(dtype)
+    reordered = (expected.float() + 2 * eps * torch.sign(expected.float())).to(dtype)  # two ulps of the largest value
+    assert compare_outputs([expected], [reordered]) is None
+    wrong = (expected.float() * 1.1).to(dtype)
+    assert "differs by up to" in compare_outputs([expected], [wrong])

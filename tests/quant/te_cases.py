@@ -168,6 +168,10 @@ def _nvfp4(two_d: bool, with_rht: bool, *, swizzled: bool = False, **options) ->
 # both candidates' error sums NaN, so ``err_map4 < err_map6`` is false and map-to-6 is kept
 # (quantize_4over6_nvfp4.cuh: ties and unordered compare select map-to-6).
 
+def RHT_ANY_DTYPE() -> NVFP4Quantizer:
+    return NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_any_input_dtype=True)
+
+
 CASES = (
     Case("FP8 current E4M3", lambda: Float8CurrentScalingQuantizer(), _current(torch.float8_e4m3fn, False)),
     Case("FP8 current E5M2", lambda: Float8CurrentScalingQuantizer(torch.float8_e5m2), _current(torch.float8_e5m2, False)),
@@ -183,13 +187,23 @@ CASES = (
     Case("NVFP4 1x16, GEMM-swizzled", lambda: NVFP4Quantizer(optimize_for_gemm=True), _nvfp4(False, False, swizzled=True),
          FAMILIES, shape=(144, 80), small=(144, 80)),
     Case("NVFP4 16x16", lambda: NVFP4Quantizer(with_2d_quantization=True), _nvfp4(True, False), FAMILIES),
-    Case("NVFP4 1x16 + RHT", lambda: NVFP4Quantizer(with_rht=True, with_post_rht_amax=True), _nvfp4(False, True), FAMILIES),
+    # TE's kernels take bf16 only with the RHT; rht_any_input_dtype=True is TE's reference rule, which
+    # lets the fp32 rows run and changes no bf16 byte (test_te_exact checks both).
+    Case("NVFP4 1x16 + RHT, rht_any_input_dtype", RHT_ANY_DTYPE, _nvfp4(False, True), FAMILIES),
     Case("NVFP4 1x16 row-scaled", lambda: NVFP4Quantizer(row_scaled_nvfp4=True), _nvfp4(False, False, row_scaled=True), FAMILIES),
     Case("NVFP4 1x16 4over6 (MAE, 256)", lambda: NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256),
          _nvfp4(False, False, four_over_six="MAE", e4m3_max=256), FAMILIES),
     Case("NVFP4 16x16 4over6 (MSE, 448)", lambda: NVFP4Quantizer(nvfp4_use_4over6=True, with_2d_quantization=True,
                                                                  nvfp4_4over6_err_mode="MSE"),
          _nvfp4(True, False, four_over_six="MSE", e4m3_max=448), FAMILIES),
+    # TE's opt-in NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=1: the candidates' errors in the scaled domain.
+    Case("NVFP4 1x16 4over6 fast (MSE, 256)",
+         lambda: NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, nvfp4_4over6_err_mode="MSE",
+                                nvfp4_4over6_err_use_fast_math=True),
+         _nvfp4(False, False, four_over_six="MSE", e4m3_max=256, fast_math=True), FAMILIES),
+    Case("NVFP4 16x16 4over6 fast (MAE, 448)",
+         lambda: NVFP4Quantizer(nvfp4_use_4over6=True, with_2d_quantization=True, nvfp4_4over6_err_use_fast_math=True),
+         _nvfp4(True, False, four_over_six="MAE", e4m3_max=448, fast_math=True), FAMILIES),
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
 

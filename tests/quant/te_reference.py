@@ -68,9 +68,13 @@ def scale_from_amax(amax: np.ndarray, fp8_max: np.float32, *, eps: float, pow2: 
 
 
 def cast_fp8(values: np.ndarray, fp8: str) -> np.ndarray:
-    """Saturating (satfinite) RNE cast of float32 values to an FP8 format."""
+    """Saturating (satfinite) RNE cast of float32 values to an FP8 format; every NaN becomes
+    the positive NaN code 0x7F, as ``cvt.rn.satfinite`` writes it (measured on an H200)."""
     dtype, limit = FP8[fp8]
-    return np.clip(values.astype(F32), -limit, limit).astype(dtype)
+    clipped = np.clip(values.astype(F32), -limit, limit)
+    out = clipped.astype(dtype)
+    out.view(np.uint8)[np.isnan(clipped)] = 0x7F  # ml_dtypes' own e5m2 NaN is 0x7E
+    return out
 
 
 # ------------------------------------------------------------ per-tensor FP8
@@ -206,13 +210,15 @@ def rht(x_t: np.ndarray, input_dtype: str) -> np.ndarray:
 
 
 def nvfp4(x: np.ndarray, tile_rows: int = 1, *, row_scaled: bool = False, e4m3_max: int = 448,
-          four_over_six: str | None = None):
+          four_over_six: str | None = None, fast_math: bool = False):
     """(packed codes (M, K/2), E4M3 scales (M, K/16), global amax (1,) or (M,) row-scaled) of one layout.
 
     ``row_scaled``: one global amax and encode scale per row (TE's ``row_scaled_nvfp4``).
     ``four_over_six`` ("MAE"/"MSE"): ``_quantize_blockwise_4over6_reference`` -- two
     candidates per block (decode scale x1.5 "map to 4", x1 "map to 6"), the one with the
     strictly smaller input-domain error wins; ``e4m3_max`` 256 or 448 bounds the global scale.
+    ``fast_math`` (TE's ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=1``): the error in the scaled
+    domain, the fp16 product of E2M1 value and E4M3 scale minus the fp32 ``x * s_enc``.
     """
     rows, cols = x.shape
     x = x.astype(F32)
@@ -232,7 +238,8 @@ def nvfp4(x: np.ndarray, tile_rows: int = 1, *, row_scaled: bool = False, e4m3_m
     vec_max = np.repeat(vec_max, tile_rows, axis=0)[:rows].astype(F32)  # (M, K/16)
     amax_out = global_amax.reshape(-1)
     if four_over_six is not None:
-        codes, decode = _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_max, four_over_six)
+        codes, decode = _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_max, four_over_six,
+                                             fast_math)
         return codes, decode, amax_out
     multiplier = (s_enc * (F32(1.0) / F32(6.0))).astype(F32)
     with np.errstate(over="ignore"):
@@ -257,7 +264,7 @@ def _unpack(packed: np.ndarray) -> np.ndarray:
     return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
 
 
-def _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_max, mode):
+def _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_max, mode, fast_math=False):
     rows, cols = x.shape
     nb = cols // 16
     base = ((vec_max / F32(6.0)).astype(F32) * s_enc).astype(F32)
@@ -271,11 +278,17 @@ def _nvfp4_four_over_six(x, vec_max, global_amax, s_enc, s_dec, tile_rows, e4m3_
         sf = decode.astype(F32)
         err = np.zeros((rows, nb), dtype=F32)
         xb = x.reshape(rows, nb, 16)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = (xb * s_enc.reshape(-1, 1, 1)).astype(F32)  # fast math: x * S_enc, fp32
         for i in range(16):  # element by element, in order, as TE's loop
-            v = (values[:, :, i] * sf).astype(F32)
-            v = (v * global_amax).astype(F32)
-            v = (v / denom).astype(F32)
-            d = (v - xb[:, :, i]).astype(F32)
+            if fast_math:  # mul.rn.f16x2 of the E2M1 value and the E4M3 scale, then fp32
+                v = (values[:, :, i].astype(np.float16) * sf.astype(np.float16)).astype(F32)
+                d = (v - scaled[:, :, i]).astype(F32)
+            else:
+                v = (values[:, :, i] * sf).astype(F32)
+                v = (v * global_amax).astype(F32)
+                v = (v / denom).astype(F32)
+                d = (v - xb[:, :, i]).astype(F32)
             err = (err + (d * d if mode == "MSE" else np.abs(d))).astype(F32)
         results.append((packed, decode, err))
     (p4, d4, e4), (p6, d6, e6) = results

@@ -13,10 +13,15 @@ from tetrt_support.quant.fake_impls.make_empty_traceable import make_empty_trace
 from tetrt_support.quant.recipes import RECIPES, get_recipe
 
 
+def _activations(recipe: str) -> torch.Tensor:
+    """A (32, 64) input; bf16 for nvfp4, whose input quantizer's Hadamard transform takes bf16 only (TE's rule)."""
+    return torch.randn(32, 64, dtype=torch.bfloat16 if recipe == "nvfp4" else torch.float32)
+
+
 @pytest.mark.parametrize("recipe", ["fp8_current", "nvfp4"])
 def test_custom_op_returning_the_subclass_yields_fake_data_under_aot_eager(recipe: str) -> None:
     quantizer = get_recipe(recipe).input()
-    x = torch.randn(32, 64)
+    x = _activations(recipe)
     eager = hazards.quantize_returning_subclass(quantizer, x, "eager")
     assert not any(isinstance(b, FakeTensor) for b in eager.inner_buffers().values())
     torch.testing.assert_close(eager.dequantize(), quantizer.quantize(x).dequantize(), rtol=0, atol=0)
@@ -27,7 +32,7 @@ def test_custom_op_returning_the_subclass_yields_fake_data_under_aot_eager(recip
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_tensor_flatten_in_the_trace_breaks_the_graph(recipe: str) -> None:
-    tensor = get_recipe(recipe).input().quantize(torch.randn(32, 64))
+    tensor = get_recipe(recipe).input().quantize(_activations(recipe))
     with pytest.raises(Unsupported, match=r"torch\.\* op returned non-Tensor"):
         hazards.flatten_in_trace(tensor)
 
@@ -57,7 +62,7 @@ def test_a_custom_op_may_not_return_its_cached_input() -> None:
 @pytest.mark.parametrize("recipe", ["fp8_current", "mxfp8", "nvfp4"])
 def test_only_the_descriptor_can_be_made_inside_the_trace(recipe: str) -> None:
     quantizer = get_recipe(recipe).input()
-    x = torch.randn(32, 64)
+    x = _activations(recipe)
     rebuilt = hazards.template_and_reassemble_in_trace("tensor_proto", quantizer, x, "aot_eager")
     torch.testing.assert_close(rebuilt.dequantize(), quantizer.quantize(x).dequantize(), rtol=0, atol=0)
     with pytest.raises(Unsupported, match="Failed to convert args/kwargs to proxy"):

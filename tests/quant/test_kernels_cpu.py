@@ -30,6 +30,7 @@ CHILD = textwrap.dedent(
     from tetrt_support.quant.kernels import float8 as F, mxfp8 as MX, nvfp4 as NV, gemm as G
     from tetrt_support.quant.kernels.dequantize import blockwise_dequantize_bf16
     from tetrt_support.quant.kernels.transpose import transpose_fp8
+    from tetrt_support.quant.kernels.hadamard import rht_transpose
 
     def same(a, b):
         a, b = a.contiguous(), b.contiguous()
@@ -47,7 +48,8 @@ CHILD = textwrap.dedent(
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(shape, generator=g) * torch.exp(torch.randn(shape, generator=g) * 2)
         flat = x.view(-1)
-        for i, v in enumerate([float("nan"), -float("inf"), float("inf"), 0.0, -0.0, 448.0, 6.0, 2.5, 1e-39, 3e38]):
+        for i, v in enumerate([float("nan"), -float("inf"), float("inf"), 0.0, -0.0, 448.0, 6.0, 2.5, 1e-39, 3e38,
+                                  -float("nan")]):
             flat[7 * i + 3] = v
         x[1] *= 1e-20
         x[2] = 0.0
@@ -94,6 +96,9 @@ CHILD = textwrap.dedent(
             out[f"nvfp4 bf16 operand {tag}"] = [same(op.float(), ref)]
             q = d
             out[f"transpose {tag}"] = [same(transpose_fp8(q), q.t().contiguous())]
+            for mask in (0, N.TE_RHT_SIGN_MASK):
+                h = N.random_hadamard_matrix(mask)
+                out[f"rht transpose {tag}"] = [same(rht_transpose(x, h), N.apply_hadamard(xt, h))]
     g = torch.Generator().manual_seed(5)
     a = (torch.randint(-6, 7, (64, 96), generator=g).float() / 4).to(torch.bfloat16)
     b = (torch.randint(-6, 7, (32, 96), generator=g).float() / 2).to(torch.bfloat16)
@@ -152,7 +157,8 @@ def interpreted() -> dict[str, list[bool]]:
     return json.loads(lines[-1][len("RESULT"):])
 
 
-FAMILIES = ("current", "blockwise", "mxfp8", "nvfp4", "transpose", "emulated_mm", "dispatch quantize", "dispatch linear")
+FAMILIES = ("current", "blockwise", "mxfp8", "nvfp4", "transpose", "rht transpose", "emulated_mm", "dispatch quantize",
+            "dispatch linear")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

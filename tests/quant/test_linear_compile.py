@@ -15,8 +15,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tetrt_support.quant  # noqa: F401  (registers the quantizers as opaque value types)
 from tetrt_support.quant.fake_impls import FAKE_IMPLS
-from tetrt_support.report.fake_impl_measure import tiny_mlp, train
-from tetrt_support.quant.recipes import RECIPES
+from tetrt_support.report.fake_impl_measure import fp32_recipe, tiny_mlp, train
+from tetrt_support.quant.recipes import RECIPES, get_recipe
 
 # Compiled vs eager run of the SAME quantized model: they differ only where a compiler
 # reorders fp32 arithmetic and a value then lands on the other side of a rounding
@@ -79,7 +79,7 @@ def test_cached_weight_is_reused_without_recompiles(fake_impl: str, recipe: str)
     from tetrt_support.quant.linear import Linear
 
     torch.manual_seed(0)
-    layer = Linear(64, 32, recipe=recipe, fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl)
     x, _ = _data()
     expected = layer(x).detach()
 
@@ -109,3 +109,29 @@ def test_cached_weight_needed_before_reuse() -> None:
 
     with pytest.raises(RuntimeError, match="is_first_microbatch=False needs a cached weight"):
         Linear(64, 32)(torch.randn(4, 64), is_first_microbatch=False)
+
+
+@pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
+def test_recipe_object_with_options_trains_compiled_in_one_frame(fake_impl: str) -> None:
+    """A Recipe from get_recipe(name, **options) reaches every Linear; compiled training still
+    has one frame, one graph, no graph break, and the eager losses."""
+    recipe = get_recipe("nvfp4", row_scaled_activation=True, disable_rht=True, nvfp4_4over6="weights")
+    x, target = _data()
+    eager, _ = train(tiny_mlp(recipe, fake_impl), x, target, steps=3)
+    model = tiny_mlp(recipe, fake_impl)
+    assert all(m.input_quantizer.row_scaled_nvfp4 and m.weight_quantizer.nvfp4_use_4over6
+               for m in model if hasattr(m, "input_quantizer"))
+    compiled, _ = train(model, x, target, steps=3, backend="aot_eager")
+    assert (compiled.frames, compiled.graphs, compiled.graph_breaks) == (1, 1, 0)
+    torch.testing.assert_close(compiled.losses, eager.losses, rtol=LOSS_RTOL["nvfp4"], atol=0)
+
+
+def test_compiled_nvfp4_linear_on_fp32_raises_the_quantizers_error() -> None:
+    """The fake impls do not check dtypes; the real op does, so a compiled fp32 nvfp4 Linear
+    fails at its first call with the quantizer's own message, not a later silent result."""
+    from tetrt_support.quant.linear import Linear
+
+    torch._dynamo.reset()
+    compiled = torch.compile(Linear(64, 32, recipe="nvfp4"), backend="aot_eager", fullgraph=True)
+    with pytest.raises(TypeError, match=r"with_rht=True takes torch\.bfloat16 input only.*rht_any_input_dtype=True"):
+        compiled(torch.randn(32, 64))

@@ -11,7 +11,8 @@ from tetrt_support.quant.fake_impls.make_empty_traceable import make_empty_trace
 from tetrt_support.quant.fake_impls.tensor_proto import TensorProto
 from tetrt_support.quant.linear import Linear
 from tetrt_support.quant.ops import flatten_quantized, linear_ops, opaque_type_name
-from tetrt_support.quant.recipes import RECIPES, get_recipe
+from tetrt_support.quant.recipes import RECIPES, Recipe, get_recipe
+from tetrt_support.report.fake_impl_measure import fp32_recipe  # nvfp4: TE's reference rule for fp32 input
 
 
 def _forward_args(layer: Linear, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> tuple:
@@ -32,7 +33,7 @@ def test_opcheck(recipe: str, fake_impl: str) -> None:
     (it sums every output into a loss) and backward test_schema (it does arithmetic on
     the FP8 inputs). Both paths are exercised by the aot_eager compile tests and the
     explicit aliasing test below."""
-    layer = Linear(64, 32, recipe=recipe, fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl)
     x = torch.randn(32, 64, requires_grad=True)
     args = _forward_args(layer, x)
     torch.library.opcheck(layer._ops.forward, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
@@ -47,7 +48,7 @@ def test_opcheck(recipe: str, fake_impl: str) -> None:
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("cached", [False, True], ids=["fresh-weight", "cached-weight"])
 def test_outputs_alias_no_input_and_no_other_output(recipe: str, cached: bool) -> None:
-    layer = Linear(64, 32, recipe=recipe)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe))
     x = torch.randn(32, 64)
     cache = flatten_quantized(layer.weight_quantizer.quantize(layer.weight.detach())) if cached else []
     out, x_flat, w_flat = layer._ops.forward(*_forward_args(layer, x, cache))
@@ -62,7 +63,7 @@ def test_outputs_alias_no_input_and_no_other_output(recipe: str, cached: bool) -
 def test_forward_and_backward_equal_the_dequantized_reference(recipe: str, fake_impl: str) -> None:
     """The GEMMs (torch._scaled_mm for per-tensor FP8, fp32 matmul of dequantized
     operands for block formats) equal fp32 arithmetic on the dequantized operands."""
-    layer = Linear(64, 32, recipe=recipe, fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl)
     x = torch.randn(32, 64, requires_grad=True)
     grad = torch.randn(32, 32)
     y = layer(x)
@@ -92,7 +93,7 @@ def test_fp8_current_uses_e5m2_gradients_and_others_e4m3() -> None:
 @pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
 def test_fake_buffers_match_real_and_reassemble_round_trips(recipe: str, fake_impl: str) -> None:
     strategy = get_strategy(fake_impl)
-    quantizer = get_recipe(recipe).input()
+    quantizer = fp32_recipe(recipe).input()
     x = torch.randn(32, 64)
     real = quantizer.quantize(x)
     real_flat = flatten_quantized(real)
@@ -165,3 +166,36 @@ def test_unregistered_quantizer_class_cannot_become_an_op_argument() -> None:
 def test_leading_dimensions_are_kept() -> None:
     layer = Linear(64, 32, recipe="fp8_block")
     assert layer(torch.randn(2, 3, 64)).shape == (2, 3, 32)
+
+
+def test_recipe_object_carries_its_options_to_the_quantizers_and_the_repr() -> None:
+    recipe = get_recipe("nvfp4", row_scaled_activation=True, disable_rht=True, disable_stochastic_rounding=False)
+    layer = Linear(64, 32, recipe=recipe, dtype=torch.bfloat16)
+    assert layer.recipe == recipe and isinstance(layer.recipe, Recipe)
+    assert layer.input_quantizer.row_scaled_nvfp4 and not layer.input_quantizer.with_rht
+    assert not layer.grad_quantizer.row_scaled_nvfp4 and layer.grad_quantizer.stochastic_rounding  # TE's roles
+    assert "recipe='nvfp4(disable_rht=True, row_scaled_activation=True)'" in repr(layer)  # defaults not listed
+    assert "recipe='mxfp8'" in repr(Linear(64, 32, recipe="mxfp8"))
+    assert Linear(64, 32, recipe="mxfp8").recipe == get_recipe("mxfp8")  # a name is its default Recipe
+    x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
+    layer(x).sum().backward()
+    assert layer._ops.forward is Linear(64, 32, recipe="nvfp4")._ops.forward  # one op pair per quantizer classes
+
+
+def test_recipe_must_be_a_name_or_a_recipe() -> None:
+    with pytest.raises(TypeError, match="recipe must be a recipe name or a Recipe .*got dict"):
+        Linear(4, 4, recipe={"name": "nvfp4"})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rht_any_input_dtype'"):
+        get_recipe("mxfp8", rht_any_input_dtype=True)
+
+
+def test_nvfp4_linear_takes_bf16_and_refuses_fp32_as_tes_kernels() -> None:
+    """TE's nvfp4 recipe transforms the input and the gradient: its kernels take bf16 only."""
+    with pytest.raises(TypeError, match=r"with_rht=True takes torch\.bfloat16 input only.*got torch\.float32"):
+        Linear(64, 32, recipe="nvfp4")(torch.randn(32, 64))
+    bf16 = Linear(64, 32, recipe="nvfp4", dtype=torch.bfloat16)
+    x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
+    bf16(x).sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and bf16.weight.grad.abs().sum() > 0
+    allowed = Linear(64, 32, recipe=get_recipe("nvfp4", rht_any_input_dtype=True))
+    assert allowed(torch.randn(32, 64)).shape == (32, 32)

@@ -118,12 +118,12 @@ def test_nvfp4_layout_and_global_scale(activations: torch.Tensor) -> None:
 
 
 def test_nvfp4_hadamard_round_trips_and_spreads_outliers() -> None:
-    x = torch.randn(32, 64) * 0.1
+    x = (torch.randn(32, 64) * 0.1).bfloat16()  # bf16: the transform's only input dtype in TE's kernels
     x[:, 5] = 30.0  # one outlier column: without RHT its blocks' other 15 values flush to 0
-    plain = NVFP4Quantizer().quantize(x).dequantize()
-    rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(x).dequantize()
-    err_plain = (plain - x).norm() / x.norm()
-    err_rht = (rht - x).norm() / x.norm()
+    plain = NVFP4Quantizer().quantize(x).dequantize().float()
+    rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(x).dequantize().float()
+    err_plain = (plain - x.float()).norm() / x.float().norm()
+    err_rht = (rht - x.float()).norm() / x.float().norm()
     assert err_rht < 0.2 and err_plain < 0.2
     torch.testing.assert_close(NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(x * 0).dequantize(), x * 0)
 
@@ -277,11 +277,12 @@ class TestQuantizedTensorDispatch:
         assert torch.equal(t.dequantize(), Float8CurrentScalingQuantizer().quantize(new).dequantize())
 
     def test_flatten_unflatten_round_trip(self) -> None:
-        t = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, columnwise_usage=True).quantize(torch.randn(16, 32))
+        x = torch.randn(16, 32, dtype=torch.bfloat16)
+        t = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, columnwise_usage=True).quantize(x)
         names, ctx = t.__tensor_flatten__()
         rebuilt = type(t).__tensor_unflatten__({n: getattr(t, n) for n in names}, ctx, t.shape, t.stride())
         assert isinstance(rebuilt, QuantizedTensor) and torch.equal(rebuilt.dequantize(), t.dequantize())
-        assert repr(t).startswith("NVFP4Tensor(shape=(16, 32), dtype=torch.float32, quantizer=NVFP4Quantizer(")
+        assert repr(t).startswith("NVFP4Tensor(shape=(16, 32), dtype=torch.bfloat16, quantizer=NVFP4Quantizer(")
 
     def test_quantizer_on_tensor_is_a_copy(self) -> None:
         q = Float8Quantizer()
@@ -307,7 +308,9 @@ def test_fp8_error_is_at_most_half_an_e4m3_step(values: list[float], cls) -> Non
 
 
 def test_nvfp4_rht_is_rotate_along_m_then_quantize_the_transpose(activations: torch.Tensor) -> None:
-    """RHT on the column-wise operand = the plain row-wise recipe on rotate(x^T), rotated back."""
+    """RHT on the column-wise operand = the plain row-wise recipe on rotate(x^T), rotated back.
+    On fp32 input (``rht_any_input_dtype=True``, TE's reference quantizer's rule) the rotation
+    is rounded once, to fp32."""
     mask = 0b0110_1001_1100_0011
     h = np.array([[1.0]])
     for _ in range(4):
@@ -317,11 +320,13 @@ def test_nvfp4_rht_is_rotate_along_m_then_quantize_the_transpose(activations: to
     x_t = activations.t().contiguous()  # (K, M): the column-wise operand, RHT along M
     rotated = (x_t.double().reshape(256, -1, 16) @ rotation.double()).reshape(256, 64).float()  # rounded once
     plain = NVFP4Quantizer().quantize(rotated)
-    rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask, rowwise_usage=False, columnwise_usage=True).quantize(activations)
+    rht = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask, rowwise_usage=False,
+                         columnwise_usage=True, rht_any_input_dtype=True).quantize(activations)
     assert torch.equal(rht._columnwise_data, plain._rowwise_data)
     assert torch.equal(rht._columnwise_scale_inv.view(torch.uint8), plain._rowwise_scale_inv.view(torch.uint8))
     assert torch.equal(rht._amax_columnwise, plain._amax_rowwise)
     unrotated = (plain.dequantize().reshape(256, -1, 16) @ rotation.t()).reshape(256, 64).t()
     torch.testing.assert_close(rht.dequantize(), unrotated, rtol=1e-6, atol=1e-6)
-    rowwise = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask).quantize(activations)
+    rowwise = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask,
+                             rht_any_input_dtype=True).quantize(activations)
     assert torch.equal(rowwise._rowwise_data, NVFP4Quantizer().quantize(activations)._rowwise_data)  # row-wise: no RHT

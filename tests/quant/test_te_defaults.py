@@ -13,6 +13,10 @@ attributes TE stores them in carry these names); ``rht_sign_mask`` (TE's mask) s
 (a value quantizer must not hold a ProcessGroup), so there is no ``with_amax_reduction``
 field; ``fp8_dtype`` has a default (E4M3, TE's forward format) where TE requires it, and
 ``Float8BlockQuantizer``'s usages default to True where TE requires them.
+
+One field is not TE's: ``NVFP4Quantizer.rht_any_input_dtype`` chooses between TE's two
+behaviours for the Hadamard transform on non-bf16 input (its kernels refuse it, its
+reference quantizer accepts it); the default is the kernels' refusal.
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ TE_DEFAULTS = [
     (NVFP4Quantizer, "nvfp4_4over6_err_mode", "MAE", "nvfp4_tensor.py (nvfp4_4over6_err_mode='MAE')"),
     (NVFP4Quantizer, "rht_sign_mask", 55272, "with_random_sign_mask=True -> get_wgrad_sign_vector as bits"),
     (NVFP4Quantizer, "optimize_for_gemm", False, "quantized_tensor.py Quantizer.optimize_for_gemm"),
+    # Not a TE field: False is the rule of TE's kernels, which refuse the RHT on non-bf16 input
+    # (csrc/quantizer.cpp NVFP4Quantizer::quantize_impl); True is what TE's reference quantizer does.
+    (NVFP4Quantizer, "rht_any_input_dtype", False, "quantizer.cpp quantize_impl: RHT refuses non-bf16 input"),
+    (NVFP4Quantizer, "nvfp4_4over6_err_use_fast_math", False,
+     "env NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=0 (docs/envvars.rst); reference_nvfp4.py field default False"),
 ]
 for _cls in (Float8Quantizer, Float8CurrentScalingQuantizer, Float8BlockQuantizer, MXFP8Quantizer, NVFP4Quantizer):
     TE_DEFAULTS.append((_cls, "internal", False, "quantized_tensor.py Quantizer.internal"))
@@ -108,11 +117,12 @@ TE_RECIPE_ROLES = {
     },
     "nvfp4": {  # NVFP4BlockScaling: fp4_quant_fwd_inp / fwd_weight / bwd_grad QParams; 4over6 "none"
         "input": {"with_rht": True, "with_post_rht_amax": True, "with_2d_quantization": False,
-                  "stochastic_rounding": False, "row_scaled_nvfp4": False, "nvfp4_use_4over6": False},
+                  "stochastic_rounding": False, "row_scaled_nvfp4": False, "nvfp4_use_4over6": False,
+                  "rht_any_input_dtype": False},
         "weight": {"with_rht": False, "with_2d_quantization": True, "stochastic_rounding": False,
-                   "nvfp4_use_4over6": False},
+                   "nvfp4_use_4over6": False, "nvfp4_4over6_err_use_fast_math": False},
         "grad": {"with_rht": True, "with_post_rht_amax": True, "with_2d_quantization": False,
-                 "stochastic_rounding": True, "nvfp4_use_4over6": False},
+                 "stochastic_rounding": True, "nvfp4_use_4over6": False, "rht_any_input_dtype": False},
     },
 }
 ROLE_ROWS = [(r, role, f, v) for r, roles in TE_RECIPE_ROLES.items() for role, fields in roles.items() for f, v in fields.items()]

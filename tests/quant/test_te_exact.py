@@ -137,6 +137,59 @@ def test_divergence_6_rht_on_the_columnwise_operand_only_in_bf16_with_te_signs()
     torch.testing.assert_close(with_rht.dequantize().float(), x.float(), rtol=0.5, atol=0.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("usage", [{}, {"rowwise_usage": False}, {"columnwise_usage": False}],
+                         ids=["both", "columnwise", "rowwise"])
+def test_rht_refuses_non_bf16_input_by_default_as_tes_kernels(dtype: torch.dtype, usage: dict) -> None:
+    """TE's C++ quantize path (csrc/quantizer.cpp, NVFP4Quantizer::quantize_impl) raises "RHT is
+    only supported for bfloat16 input" for any usage once with_rht is set; so does this one,
+    naming the quantizer, the dtype, the layouts and the flag that allows it."""
+    q = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, **usage)
+    layouts = " and ".join(n for n, used in (("row-wise", q.rowwise_usage), ("column-wise", q.columnwise_usage)) if used)
+    with pytest.raises(TypeError, match=rf"NVFP4Quantizer\.quantize: with_rht=True takes torch\.bfloat16 input only.*"
+                                        rf"got {dtype} to quantize {layouts} .*rht_any_input_dtype=True"):
+        q.quantize(torch.randn(32, 64, dtype=dtype))
+
+
+@pytest.mark.parametrize("options", [{}, {"with_2d_quantization": True}, {"row_scaled_nvfp4": True},
+                                     {"nvfp4_use_4over6": True}, {"with_rht": True, "with_post_rht_amax": True}],
+                         ids=["1x16", "16x16", "row-scaled", "4over6", "rht"])
+@pytest.mark.parametrize("shape", [(0, 64), (2, 0, 64)])
+def test_nvfp4_quantizes_empty_input_as_te(options: dict, shape: tuple[int, ...]) -> None:
+    """TE's NVFP4 quantize returns at once for an empty input ("Nothing to be done if input is
+    empty", before the RHT's dtype check): the buffers are allocated with TE's shapes
+    (get_scale_shape: (0, 4) row-wise, (128, 0) column-wise here) and an fp32 input passes."""
+    q = NVFP4Quantizer(**options)
+    t = q.quantize(torch.randn(shape))
+    assert {k: (tuple(v.shape), v.dtype) for k, v in t.inner_buffers().items()} == q.describe_buffers(shape)
+    assert tuple(t._rowwise_scale_inv.shape) == (0, 4) and tuple(t._columnwise_scale_inv.shape) == (128, 0)
+    assert t.dequantize().shape == shape
+
+
+def test_rht_any_input_dtype_is_tes_reference_rule_and_changes_no_bf16_byte() -> None:
+    """With the flag, fp32 input runs as TE's reference quantizer runs it (the transform
+    rounded to fp32; its bytes are the te_cases sweep's); bf16 bytes are the default's."""
+    rht = {"with_rht": True, "with_post_rht_amax": True}
+    x = te_cases.family("outliers", (64, 128), torch.float32, seed=2)
+    allowed = NVFP4Quantizer(**rht, rht_any_input_dtype=True)
+    case = te_cases.CASES_BY_NAME["NVFP4 1x16 + RHT, rht_any_input_dtype"]
+    assert set(te_cases.compare(case, x).values()) == {1.0}
+    a, b = allowed.quantize(x.bfloat16()), NVFP4Quantizer(**rht).quantize(x.bfloat16())
+    for name, buf in a.inner_buffers().items():
+        assert torch.equal(buf.view(torch.uint8), getattr(b, name).view(torch.uint8)), name
+
+
+def test_rht_dtype_check_runs_before_any_kernel_and_on_copy_into_a_tensor() -> None:
+    """The check sits in Quantizer.quantize, ahead of the kernel dispatch, so every path meets
+    it: copy_ into an NVFP4 tensor re-quantizes the source in the destination's dtype."""
+    q = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)
+    into_bf16 = q.make_empty((32, 64), dtype=torch.bfloat16)
+    into_bf16.copy_(torch.randn(32, 64))  # cast to bf16 first: allowed
+    into_fp32 = q.make_empty((32, 64), dtype=torch.float32)
+    with pytest.raises(TypeError, match=r"got torch\.float32 to quantize row-wise and column-wise"):
+        into_fp32.copy_(torch.randn(32, 64))
+
+
 def test_divergence_7_mxfp8_columnwise_keeps_the_mk_layout() -> None:
     t = MXFP8Quantizer().quantize(torch.randn(64, 96))
     assert tuple(t._columnwise_data.shape) == (64, 96) and tuple(compact(t, "columnwise").shape) == (2, 96)
@@ -250,9 +303,11 @@ SWEEP = {  # case name -> (shape, NaN allowed)
     "FP8 block 1x128": ((3, 130), True), "FP8 block 128x128": ((130, 3), True),
     "MXFP8 1x32 / 32x1": ((32, 64), True), "MXFP8 32x32": ((32, 64), True),
     "MXFP8 1x32 / 32x1, GEMM-swizzled": ((32, 64), True),
-    "NVFP4 1x16": ((16, 32), True), "NVFP4 16x16": ((16, 32), True), "NVFP4 1x16 + RHT": ((16, 32), True),
+    "NVFP4 1x16": ((16, 32), True), "NVFP4 16x16": ((16, 32), True),
+    "NVFP4 1x16 + RHT, rht_any_input_dtype": ((16, 32), True),
     "NVFP4 1x16, GEMM-swizzled": ((16, 32), True), "NVFP4 1x16 row-scaled": ((16, 32), True),
     "NVFP4 1x16 4over6 (MAE, 256)": ((16, 32), True), "NVFP4 16x16 4over6 (MSE, 448)": ((16, 32), True),
+    "NVFP4 1x16 4over6 fast (MSE, 256)": ((16, 32), True), "NVFP4 16x16 4over6 fast (MAE, 448)": ((16, 32), True),
 }
 
 
@@ -298,6 +353,59 @@ def test_nvfp4_2d_pads_rows_that_are_not_a_multiple_of_16_as_te(dtype: str) -> N
 
 
 # ------------------------------------------------------- NVFP4 with NaN, 4over6, row-scaled
+def test_nvfp4_negative_zero_is_code_0_as_tes_reference_small_negatives_code_8() -> None:
+    """What each side writes for a scaled element of zero magnitude:
+
+    - TE's reference (``reference_nvfp4.py`` ``cast_to_fp4x2``): code 0 for -0.0 (it lands in
+      the ``x >= 0.0`` bin), code 8 ("-0") for a negative that rounds to zero, in [-0.25, 0);
+    - TE's kernels (``cvt.rn.satfinite.e2m1x2.f32``): the sign bit is kept for every result,
+      so -0.0 is code 8 too, as CUDA's ``cuda_fp4.hpp`` restates that conversion in software
+      (``__nv_cvt_double_to_fp4``: ``res |= sign`` after the zero/underflow case; not run on
+      hardware here; TE's C++ test compares decoded values, where -0 equals +0);
+    - this package: the reference's codes. TE's own exact test compares kernel and reference
+      codes with atol=0, so the two are not equal there (its inputs never hold a -0.0); both
+      codes decode to zero, so every dequantized value agrees."""
+    x = torch.full((1, 16), 100.0)  # encode scale 6 / 100
+    x[0, 1], x[0, 2], x[0, 3] = -0.0, -1e-3, 0.0  # -1e-3 * 0.06 rounds to zero: "-0"
+    x[0, 4] = -1e-45  # times 0.06 underflows to -0.0 in fp32: code 0 (the kernel: 8)
+    codes = numerics.unpack_fp4(NVFP4Quantizer(columnwise_usage=False).quantize(x)._rowwise_data)[0]
+    assert codes[1:5].tolist() == [0, 8, 0, 0]
+    ref_codes, _, _ = te_reference.nvfp4(x.numpy())
+    assert numerics.unpack_fp4(torch.from_numpy(ref_codes))[0, 1:5].tolist() == [0, 8, 0, 0]
+    assert (numerics.e2m1_decode(codes[1:5]) == 0).all()
+
+
+def test_fp16_product_of_the_4over6_fast_math_error_is_exact_in_fp32() -> None:
+    """Why the fast-math error may use the fp32 product: for every E2M1 value and every finite
+    E4M3 scale, fp16(q * s) (TE's mul.rn.f16x2) equals the fp32 product."""
+    e2m1 = numerics.e2m1_decode(torch.arange(16, dtype=torch.uint8))
+    e4m3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    e4m3 = e4m3[~torch.isnan(e4m3)]
+    products = e2m1[:, None] * e4m3[None, :]
+    assert torch.equal(products.half().float(), products)
+
+
+def test_4over6_fast_math_is_tes_opt_in_and_changes_the_choice_on_some_blocks() -> None:
+    """TE's default is the exact error (NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH unset); the fast-math
+    variant follows quantize_4over6_nvfp4.cuh's accumulate_fp16_scaled_error_pair and TE's
+    reference (``_ref_nvfp4_4over6_fp16_candidate``), and picks differently on some blocks."""
+    assert NVFP4Quantizer(nvfp4_use_4over6=True).nvfp4_4over6_err_use_fast_math is False
+    assert NVFP4Quantizer(nvfp4_4over6_err_use_fast_math=True).nvfp4_4over6_err_use_fast_math is False  # no 4over6
+    x = te_cases.family("near dtype max", (64, 128), torch.bfloat16, seed=4)
+    exact = NVFP4Quantizer(nvfp4_use_4over6=True, columnwise_usage=False)
+    fast = NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_4over6_err_use_fast_math=True, columnwise_usage=False)
+    a, b = exact.quantize(x), fast.quantize(x)
+    assert not torch.equal(compact(a).view(torch.uint8), compact(b).view(torch.uint8))
+    ref_codes, ref_scales, _ = te_reference.nvfp4(x.float().numpy(), four_over_six="MAE", fast_math=True)
+    assert np.array_equal(b._rowwise_data.numpy(), ref_codes)
+    assert np.array_equal(compact(b).view(torch.uint8).numpy(), ref_scales.view(np.uint8))
+    from tetrt_support.quant import get_recipe
+
+    recipe = get_recipe("nvfp4", disable_rht=True, nvfp4_4over6="all", nvfp4_4over6_err_use_fast_math=True)
+    assert all(q.nvfp4_4over6_err_use_fast_math for q in (recipe.input(), recipe.weight()))
+    assert not recipe.grad().nvfp4_4over6_err_use_fast_math  # the gradient never uses 4over6
+
+
 def test_nvfp4_nan_input_follows_tes_kernel_not_its_reference() -> None:
     """TE's kernels skip NaN in every amax (``fmaxf`` / ``__hmax`` in
     ``cast/nvfp4/quantize_transpose_nvfp4.cuh``, ``recipe/current_scaling.cu``) and convert

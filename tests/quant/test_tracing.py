@@ -54,7 +54,8 @@ def test_make_step_matches_the_eager_formula() -> None:
 
 
 def test_trace_over_keeps_graphs_that_rebuild_a_value_from_its_fields() -> None:
-    report = trace_over(make_step(NVFP4Quantizer), [NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)], torch.randn(16, 32))
+    report = trace_over(make_step(NVFP4Quantizer), [NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)],
+                         torch.randn(16, 32, dtype=torch.bfloat16))
     assert (report.frames, report.unique_graphs, report.matches_eager) == (1, 1, True)
     (graph,) = report.graphs
     assert "tetrt_rebuild_quantizer(" in graph.code and "rht_matrix" not in graph.code

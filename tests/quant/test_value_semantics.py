@@ -31,6 +31,7 @@ VALUE_CASES = [
     MXFP8Quantizer(columnwise_usage=True),
     NVFP4Quantizer(),
     NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=0x1234, columnwise_usage=True),
+    NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_any_input_dtype=True),
     NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=True),
     MXFP8Quantizer(torch.float8_e5m2, with_2d_quantization=True, columnwise_usage=True),
     Float8CurrentScalingQuantizer(amax_epsilon=float("inf")),
@@ -46,7 +47,7 @@ def _rebuild(q: Quantizer) -> Quantizer:
 def test_fx_repr_round_trip_quantizes_bit_exactly(q: Quantizer) -> None:
     rebuilt = _rebuild(q)
     assert type(rebuilt) is type(q) and rebuilt == q and hash(rebuilt) == hash(q) and rebuilt is not q
-    x = torch.randn(32, 64) * 3
+    x = (torch.randn(32, 64) * 3).bfloat16()  # bf16: every case takes it, NVFP4's transform only that
     a, b = q.quantize(x), rebuilt.quantize(x)
     for name, buf in a.inner_buffers().items():
         assert torch.equal(buf.view(torch.uint8), getattr(b, name).view(torch.uint8)), name  # bit-exact
@@ -76,6 +77,9 @@ def test_equal_values_equal_hash_different_values_differ() -> None:
     assert MXFP8Quantizer() != MXFP8Quantizer(columnwise_usage=False)
     assert MXFP8Quantizer() != MXFP8Quantizer(optimize_for_gemm=True)
     assert NVFP4Quantizer(with_rht=True, with_post_rht_amax=True) != NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=1)
+    rht = {"with_rht": True, "with_post_rht_amax": True}
+    assert NVFP4Quantizer(**rht) != NVFP4Quantizer(**rht, rht_any_input_dtype=True)  # the dtype rule is part of the value
+    assert NVFP4Quantizer(rht_any_input_dtype=True) == NVFP4Quantizer()  # without the transform it means nothing
     assert MXFP8Quantizer() != Float8BlockQuantizer()  # different classes never compare equal
     assert len({MXFP8Quantizer(), MXFP8Quantizer(), MXFP8Quantizer().copy()}) == 1
 
@@ -146,7 +150,7 @@ def test_value_fields_are_the_annotations_declared_once() -> None:
     assert NVFP4Quantizer._value_field_names == (
         "rowwise_usage", "columnwise_usage", "internal", "with_rht", "with_post_rht_amax", "rht_sign_mask",
         "with_2d_quantization", "stochastic_rounding", "row_scaled_nvfp4", "nvfp4_use_4over6", "nvfp4_e4m3_max",
-        "nvfp4_4over6_err_mode", "optimize_for_gemm",
+        "nvfp4_4over6_err_mode", "optimize_for_gemm", "rht_any_input_dtype", "nvfp4_4over6_err_use_fast_math",
     )
 
 

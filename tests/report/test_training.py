@@ -181,3 +181,13 @@ def test_profile_table_lists_the_top_kernels_of_a_stored_profile() -> None:
     assert times == sorted(times, reverse=True)
     with pytest.raises(KeyError, match="no profile 'bf16@1x1x1'"):
         training.profile_table(result, "bf16@1x1x1")
+
+
+def test_host_breakdown_table_reads_the_stored_run_and_names_a_missing_one() -> None:
+    result = results.load(results.RESULTS_DIR / "train_step_cuda.json", "train_step")
+    table = training.host_breakdown_table(result)
+    names = [row[0] for row in table.rows]
+    assert "compiled step (fp8_current)" in names and "compiled step (bf16 nn.Linear)" in names
+    assert all(float(row[1]) > 0 for row in table.rows)
+    with pytest.raises(KeyError, match="no host breakdown"):
+        training.host_breakdown_table(_fake_train_step())

@@ -103,6 +103,17 @@ def test_llama4_moe_has_experts_and_every_fourth_layer_has_no_rope() -> None:
     assert _complex_op_counts(program)["aten.view_as_complex.default"] == 6
 
 
+def test_llama4_sizes_override_the_tiny_ones_and_a_misspelt_size_raises() -> None:
+    config = zoo.llama4_config(4, hidden_size=128, num_attention_heads=2, head_dim=64, vocab_size=256)
+    assert (config.hidden_size, config.num_attention_heads, config.head_dim, config.vocab_size) == (128, 2, 64, 256)
+    assert config.intermediate_size_mlp == zoo.LLAMA4_TINY_SIZES["intermediate_size_mlp"]
+    assert config.moe_layers == [] and config.num_hidden_layers == 4
+    model = zoo.tiny_llama4(1, hidden_size=128, num_attention_heads=2, head_dim=64)
+    assert model.model.layers[0].self_attn.q_proj.weight.shape == (128, 128)
+    with pytest.raises(TypeError, match=r"unknown sizes \['hidden'\]; valid: vocab_size, hidden_size"):
+        zoo.llama4_config(hidden=128)
+
+
 def test_unknown_names_and_bad_sizes_are_rejected() -> None:
     with pytest.raises(KeyError, match="unknown zoo model 'llama5'"):
         zoo.build_model("llama5")

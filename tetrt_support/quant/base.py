@@ -191,6 +191,7 @@ class Quantizer(metaclass=_opaque_metaclass()):
                 f"{type(self).__name__}.quantize: input dtype must be one of {SUPPORTED_INPUT_DTYPES}, got {x.dtype}"
             )
         self._check_shape(tuple(x.shape))
+        self._check_input(x)
         from tetrt_support.quant.kernels.dispatch import fast_buffers  # CUDA kernels; None -> the reference
 
         buffers = fast_buffers(self, x.detach(), options)
@@ -212,6 +213,10 @@ class Quantizer(metaclass=_opaque_metaclass()):
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
         """Raise a ValueError naming the dimension a format cannot block (default: any shape)."""
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        """Raise on an input this configuration does not take (default: none), before the
+        kernels or the reference run, so that no path can skip the check."""
 
     def describe_buffers(self, shape: Sequence[int], *, device: torch.device | str = "cpu") -> BufferSpec:
         """Names, shapes and dtypes of the buffers ``quantize`` would produce for ``shape``,

@@ -10,6 +10,9 @@ column-wise grad x column-wise input, where the nvfp4 recipe's Hadamard transfor
 conversions are written (:mod:`tetrt_support.quant.fake_impls`); both compile with
 ``fullgraph=True`` on eager, aot_eager and inductor.
 
+``recipe`` is a name (TE's defaults) or a :class:`~tetrt_support.quant.recipes.Recipe`
+from ``get_recipe(name, **options)``; ``layer.recipe`` is the Recipe either way.
+
 Weight caching follows TransformerEngine's ``is_first_microbatch``: ``True`` quantizes
 the weight and keeps the quantized copy, ``False`` reuses it (the op then gets the
 cached buffers as inputs and, by the aliasing rule, does not return them), ``None``
@@ -24,7 +27,7 @@ import torch
 
 from tetrt_support.quant.fake_impls import get_strategy
 from tetrt_support.quant.ops import linear_ops
-from tetrt_support.quant.recipes import get_recipe
+from tetrt_support.quant.recipes import Recipe, as_recipe
 from tetrt_support.quant.base import QuantizedTensor
 
 
@@ -37,13 +40,14 @@ class Linear(torch.nn.Module):
         out_features: int,
         *,
         bias: bool = True,
-        recipe: str = "fp8_current",
+        recipe: str | Recipe = "fp8_current",
         fake_impl: str = "make_empty_traceable",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        quantizers = get_recipe(recipe).quantizers()  # raise on a bad name before allocating
+        recipe = as_recipe(recipe)
+        quantizers = recipe.quantizers()  # raise on a bad name before allocating
         for q in quantizers:  # every operand is read row-wise by one GEMM and column-wise by another
             q.set_usage(rowwise=True, columnwise=True)
         self._strategy = get_strategy(fake_impl)
@@ -95,4 +99,4 @@ class Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"recipe={self.recipe!r}, fake_impl={self.fake_impl!r}")
+                f"recipe={str(self.recipe)!r}, fake_impl={self.fake_impl!r}")

@@ -101,9 +101,15 @@ _EXPONENT_MASK = -0x800000  # 0xFF800000 as an int32: sign and exponent bits
 
 
 def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """``saturate(x * scale)`` cast to ``dtype``: +-inf and overflow clamp to +-max, NaN stays NaN."""
+    """``saturate(x * scale)`` cast to ``dtype``: +-inf and overflow clamp to +-max, NaN stays NaN.
+
+    Every NaN becomes the one positive NaN code 0x7F, whatever its sign: TE's kernels cast
+    with ``cvt.rn.satfinite`` (``common/util/ptx.cuh``), and on an H200 both that conversion
+    and torch's CUDA cast wrote 0x7F for -NaN, where torch's CPU cast keeps the sign (0xFF).
+    """
     limit = fp8_max(dtype)
-    return torch.clamp(x.float() * scale, -limit, limit).to(dtype)  # clamp keeps NaN
+    y = torch.clamp(x.float() * scale, -limit, limit)  # clamp keeps NaN
+    return torch.where(torch.isnan(y), torch.full_like(y, float("nan")).abs(), y).to(dtype)
 
 
 def float8_current_scaling_quantize(
@@ -298,7 +304,7 @@ def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
     """
     if codes.shape[-1] % 2:
         raise ValueError(f"pack_fp4: last dim must be even, got shape {tuple(codes.shape)}")
-    pairs = codes.to(torch.uint8).reshape(*codes.shape[:-1], -1, 2)
+    pairs = codes.to(torch.uint8).reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)  # no -1: may be empty
     return pairs[..., 0] | (pairs[..., 1] << 4)
 
 
@@ -306,7 +312,7 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_fp4`: bytes -> twice as many 4-bit codes along the last dim."""
     low = packed & 0x0F
     high = packed >> 4
-    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], -1)
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], 2 * packed.shape[-1])
 
 
 def nvfp4_global_encode_scale(global_amax: torch.Tensor, e4m3_max: float = 448.0) -> torch.Tensor:
@@ -326,6 +332,7 @@ def nvfp4_quantize(
     uniform: torch.Tensor | None = None,
     e4m3_max: float = 448.0,
     four_over_six: str | None = None,
+    four_over_six_fast_math: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 over (1 x 16) or (16 x 16) blocks: ``(packed codes (M, K/2), E4M3 scales (M, K/16))``.
 
@@ -337,7 +344,8 @@ def nvfp4_quantize(
     are ``e2m1(clamp(x * encode, -6, 6))``. 16 x 16 blocks share one amax and one scale
     (repeated on the 16 rows of the tile). ``uniform`` (same shape as ``x2d``, in [0, 1))
     switches the E2M1 rounding to stochastic. ``four_over_six`` ("MAE" / "MSE") selects
-    per block between two candidates, see :func:`_nvfp4_four_over_six`.
+    per block between two candidates, see :func:`_nvfp4_four_over_six`
+    (``four_over_six_fast_math``: its error in the scaled domain).
     """
     rows, cols = x2d.shape
     block = block_amax(x2d, block_rows, NVFP4_BLOCK)  # (ceil(M/br), ceil(K/16))
@@ -349,7 +357,8 @@ def nvfp4_quantize(
     if four_over_six is not None:
         if uniform is not None:
             raise ValueError("nvfp4_quantize: 4over6 does not support stochastic rounding (TE's recipe refuses it)")
-        return _nvfp4_four_over_six(x2d, block, per_row, encode_global, decode_global, block_rows, e4m3_max, four_over_six)
+        return _nvfp4_four_over_six(x2d, block, per_row, encode_global, decode_global, block_rows, e4m3_max, four_over_six,
+                                    four_over_six_fast_math)
     multiplier = encode_global * torch.reciprocal(torch.tensor(E2M1_MAX, device=x2d.device))
     decode = torch.clamp(block * multiplier, max=FP32_MAX)
     decode = torch.clamp(decode, -448.0, 448.0).to(torch.float8_e4m3fn)
@@ -369,6 +378,7 @@ def _nvfp4_four_over_six(
     block_rows: int,
     e4m3_max: float,
     err_mode: str,
+    fast_math: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TE's "4over6" NVFP4 block scaling (``nvfp4_use_4over6``): two candidates per block.
 
@@ -382,7 +392,14 @@ def _nvfp4_four_over_six(
     smaller (ties, and NaN errors, keep map-to-6). After TE's
     ``_quantize_blockwise_4over6_reference`` and ``cast/nvfp4/quantize_4over6_nvfp4.cuh``
     (``compute_scale_pair``, ``accumulate_dequant_error``: the same operations in the same
-    order); the ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH`` FP16-product variant is not modelled.
+    order).
+
+    ``fast_math`` is TE's opt-in ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=1`` (off by default):
+    the error of each element is measured in the scaled domain instead,
+    ``fp16(code * scale) - x * S`` (``accumulate_fp16_scaled_error_pair``: ``mul.rn.f16x2``
+    of the E2M1 value and the E4M3 scale, the input times the global encode scale in fp32).
+    That fp16 product is exact (at most 6 significant bits, magnitudes in [2**-10, 2688]),
+    so it is computed here as the fp32 product.
     """
     rows, cols = x2d.shape
     nb = block.shape[1]
@@ -398,8 +415,12 @@ def _nvfp4_four_over_six(
         values = e2m1_decode(codes).reshape(rows, nb, NVFP4_BLOCK)
         xb = x.reshape(rows, nb, NVFP4_BLOCK)
         err = torch.zeros((rows, nb), dtype=torch.float32, device=x2d.device)
+        scaled_x = xb * encode_global.reshape(-1, 1, 1) if fast_math else None
         for i in range(NVFP4_BLOCK):
-            diff = torch.div((values[:, :, i] * decode.float()) * global_amax, denom) - xb[:, :, i]
+            if fast_math:
+                diff = values[:, :, i] * decode.float() - scaled_x[:, :, i]
+            else:
+                diff = torch.div((values[:, :, i] * decode.float()) * global_amax, denom) - xb[:, :, i]
             err = err + (diff * diff if err_mode == "MSE" else diff.abs())
         candidates.append((codes, decode, err))
     (codes4, decode4, err4), (codes6, decode6, err6) = candidates

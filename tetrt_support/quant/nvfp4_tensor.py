@@ -16,11 +16,21 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
   Only the mask is a value field; the matrix is derived state, rebuilt from it. TE
   computes that operand's amax after the transform only, so ``with_rht`` needs
   ``with_post_rht_amax=True`` (TE raises "Pre-RHT amax is not supported" otherwise).
+  TE's kernels take bf16 input only with the transform, in any usage (the check in
+  ``NVFP4Quantizer::quantize_impl``, ``pytorch/csrc/quantizer.cpp``, and in
+  ``split_quantize_nvfp4_impl``, ``pytorch/csrc/extensions/cast.cpp``: "RHT is only
+  supported for bfloat16 input"); so ``quantize`` refuses fp32 and fp16 input here too.
+- ``rht_any_input_dtype`` (not a TE field; default False, TE's kernels' rule): accept
+  any input dtype with the transform, as TE's pure-PyTorch reference quantizer
+  (``custom_recipes/reference_nvfp4.py``) does; the transform's output is then rounded
+  to that dtype. Meaningless, hence forced to False, without ``with_rht``.
 - ``with_2d_quantization``: one scale per 16x16 tile (weights).
 - ``stochastic_rounding``: E2M1 rounding up with probability proportional to the distance
   (gradients); the random numbers come from ``quantize(x, generator=g)`` or torch's
   default generator, so a run is reproducible from its seed. TE draws its bits inside the
-  CUDA kernel, so stochastically rounded bytes are reproducible here but not TE's.
+  CUDA kernel (Philox, seeded from torch's CUDA generator), so stochastically rounded
+  bytes are reproducible here but cannot equal TE's; the tests check the properties
+  instead (unbiased in expectation, the same bytes for the same seed).
 
 - ``row_scaled_nvfp4``: one global amax per row of each layout (``_amax_rowwise`` (M,),
   ``_amax_columnwise`` (K,)), so a loud row does not coarsen the others; TE refuses it
@@ -28,6 +38,10 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
 - ``nvfp4_use_4over6`` (``nvfp4_4over6_err_mode`` "MAE"/"MSE", ``nvfp4_e4m3_max`` 448 or
   256): per block, the better of two decode scales (see
   :func:`~tetrt_support.quant.numerics.nvfp4_quantize`); not with RHT or stochastic rounding.
+  ``nvfp4_4over6_err_use_fast_math`` (TE's reference quantizer's field of that name; in
+  TE's kernels the environment variable ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH``, off by
+  default): measure the candidates' errors in the scaled domain (an fp16 product), as
+  TE's kernel does when it is set; forced to False without 4over6.
 - ``optimize_for_gemm``: scale buffers in cuBLAS's swizzled layout (TE's attribute).
 
 The quantized dim must be a multiple of 16 (K row-wise, M column-wise), as TE requires;
@@ -83,6 +97,8 @@ class NVFP4Quantizer(RowColumnQuantizer):
     nvfp4_e4m3_max: int
     nvfp4_4over6_err_mode: str
     optimize_for_gemm: bool
+    rht_any_input_dtype: bool
+    nvfp4_4over6_err_use_fast_math: bool
 
     def __init__(
         self,
@@ -100,6 +116,8 @@ class NVFP4Quantizer(RowColumnQuantizer):
         nvfp4_e4m3_max: int = 448,
         nvfp4_4over6_err_mode: str = "MAE",
         optimize_for_gemm: bool = False,
+        rht_any_input_dtype: bool = False,
+        nvfp4_4over6_err_use_fast_math: bool = False,
     ) -> None:
         super().__init__(rowwise_usage=rowwise_usage, columnwise_usage=columnwise_usage, internal=internal)
         if not 0 <= int(rht_sign_mask) < (1 << BLOCK):
@@ -114,6 +132,8 @@ class NVFP4Quantizer(RowColumnQuantizer):
         self.nvfp4_e4m3_max = int(nvfp4_e4m3_max) if self.nvfp4_use_4over6 else 448  # TE ignores it without 4over6
         self.nvfp4_4over6_err_mode = str(nvfp4_4over6_err_mode).upper()
         self.optimize_for_gemm = bool(optimize_for_gemm)
+        self.rht_any_input_dtype = bool(rht_any_input_dtype) and self.with_rht  # no transform: nothing to allow
+        self.nvfp4_4over6_err_use_fast_math = bool(nvfp4_4over6_err_use_fast_math) and self.nvfp4_use_4over6
         self._check_options()
         self._rebuild_derived_state()
 
@@ -156,6 +176,19 @@ class NVFP4Quantizer(RowColumnQuantizer):
     def _check_shape(self, shape: tuple[int, ...]) -> None:
         check_block_multiple(type(self).__name__, shape, BLOCK, rowwise=self.rowwise_usage, columnwise=self.columnwise_usage)
 
+    def _check_input(self, x: torch.Tensor) -> None:
+        """TE's kernels refuse the transform on non-bf16 input, whatever the usage (an empty
+        input returns before TE's check, so it passes here too)."""
+        if not self.with_rht or self.rht_any_input_dtype or x.dtype == torch.bfloat16 or x.numel() == 0:
+            return
+        layouts = " and ".join(layout.replace("wise", "-wise") for layout in self._used_layouts())
+        raise TypeError(
+            f"{type(self).__name__}.quantize: with_rht=True takes torch.bfloat16 input only, as TransformerEngine's "
+            f"kernels do (\"RHT is only supported for bfloat16 input\"); got {x.dtype} to quantize {layouts} (the "
+            "Hadamard transform applies to the column-wise layout). Cast the input to torch.bfloat16, or build the "
+            "quantizer with rht_any_input_dtype=True to accept any dtype, as TE's reference quantizer does"
+        )
+
     def _layout_matrix(self, x2d: torch.Tensor, layout: str) -> torch.Tensor:
         if layout == "rowwise":
             return x2d
@@ -171,7 +204,8 @@ class NVFP4Quantizer(RowColumnQuantizer):
         if self.row_scaled_nvfp4:
             if amax_reduction_group is not None:
                 raise ValueError(f"{type(self).__name__}: row-scaled NVFP4 does not support amax reduction (TE refuses it)")
-            amax = numerics.block_amax(matrix, 1, matrix.shape[1]).reshape(-1)  # one per row of this layout
+            amax = (numerics.block_amax(matrix, 1, matrix.shape[1]).reshape(-1) if matrix.shape[1]  # one per row
+                    else matrix.new_zeros(matrix.shape[0], dtype=torch.float32))  # rows of nothing: amax 0
         else:
             amax = numerics.amax(matrix).reshape(1)
         if amax_reduction_group is not None:  # TE's with_amax_reduction: one global scale across ranks
@@ -182,6 +216,7 @@ class NVFP4Quantizer(RowColumnQuantizer):
         data, scale = numerics.nvfp4_quantize(
             matrix, amax, BLOCK if self.with_2d_quantization else 1, uniform=uniform,
             e4m3_max=float(self.nvfp4_e4m3_max), four_over_six=self.nvfp4_4over6_err_mode if self.nvfp4_use_4over6 else None,
+            four_over_six_fast_math=self.nvfp4_4over6_err_use_fast_math,
         )
         return {"data": data, "scale_inv": scale, "amax": amax}
 

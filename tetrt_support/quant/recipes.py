@@ -14,6 +14,11 @@ tensor role (``transformer_engine.common.recipe``):
   RHT and stochastic rounding; ``disable_rht``, ``disable_stochastic_rounding``,
   ``disable_2d_quantization``, ``row_scaled_activation`` and the ``nvfp4_4over6*`` fields
   work as TE's recipe fields of those names (defaults TE's: off, "none", "all", "MAE").
+  ``rht_any_input_dtype`` (not a TE field; default False, TE's kernels' rule) lets the
+  Hadamard transform take fp32/fp16 input, as TE's reference quantizer does: TE's
+  kernels take bf16 only (see :class:`~tetrt_support.quant.nvfp4_tensor.NVFP4Quantizer`).
+  ``nvfp4_4over6_err_use_fast_math`` (TE: the environment variable of that name in upper
+  case, default off) switches every 4over6 quantizer to the fast-math error.
 
 Every quantizer a recipe builds has both usages, as TE's recipe states build them.
 
@@ -23,14 +28,18 @@ tensor-parallel group when one is set; here the group is a per-call ``quantize``
 (``Float8Quantizer``, HYBRID, a history of 1024, ``"max"``) is stateful and is driven
 through its own ``update_scale``; it is no Linear recipe here.
 
+A :class:`Recipe` records its name and the options it was built with that differ from
+the defaults (``str(recipe)``: ``nvfp4(row_scaled_activation=True)``); two recipes are equal
+when those are. :class:`~tetrt_support.quant.linear.Linear` takes a recipe name or a Recipe.
 Each call builds fresh quantizers (value quantizers: equal recipes give equal, hence
 compile-cache-sharing, quantizers).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,16 +49,25 @@ from tetrt_support.quant.base import Quantizer
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named way to build a Linear's input, weight and gradient quantizers."""
+    """A named way to build a Linear's input, weight and gradient quantizers.
+
+    Identified by ``name`` and ``options`` (the non-default options, sorted by name): the
+    builders are not compared, two recipes built alike are equal."""
 
     name: str
-    input: Callable[[], Quantizer]
-    weight: Callable[[], Quantizer]
-    grad: Callable[[], Quantizer]
+    input: Callable[[], Quantizer] = field(compare=False, repr=False)
+    weight: Callable[[], Quantizer] = field(compare=False, repr=False)
+    grad: Callable[[], Quantizer] = field(compare=False, repr=False)
+    options: tuple[tuple[str, Any], ...] = ()
 
     def quantizers(self) -> tuple[Quantizer, Quantizer, Quantizer]:
         """Fresh (input, weight, grad) quantizers."""
         return self.input(), self.weight(), self.grad()
+
+    def __str__(self) -> str:
+        if not self.options:
+            return self.name
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.options)})"
 
 
 def _fp8_current() -> Recipe:
@@ -79,6 +97,8 @@ def _nvfp4(
     nvfp4_4over6: str = "none",
     nvfp4_4over6_e4m3_use_256: str = "all",
     nvfp4_4over6_err_mode: str = "MAE",
+    rht_any_input_dtype: bool = False,
+    nvfp4_4over6_err_use_fast_math: bool = False,
 ) -> Recipe:
     """TE's ``NVFP4BlockScaling`` roles (``quantization.py``): 4over6 never applies to the
     gradient; its scope names which of input/weight use it and which of those bound the
@@ -97,14 +117,15 @@ def _nvfp4(
         if not in_scope(nvfp4_4over6, role):
             return {}
         return {"nvfp4_use_4over6": True, "nvfp4_4over6_err_mode": nvfp4_4over6_err_mode,
-                "nvfp4_e4m3_max": 256 if in_scope(nvfp4_4over6_e4m3_use_256, role) else 448}
+                "nvfp4_e4m3_max": 256 if in_scope(nvfp4_4over6_e4m3_use_256, role) else 448,
+                "nvfp4_4over6_err_use_fast_math": nvfp4_4over6_err_use_fast_math}
 
-    rht = not disable_rht
+    rht = {"with_rht": not disable_rht, "with_post_rht_amax": not disable_rht, "rht_any_input_dtype": rht_any_input_dtype}
     return Recipe(
         "nvfp4",
-        lambda: Q(with_rht=rht, with_post_rht_amax=rht, row_scaled_nvfp4=row_scaled_activation, **four_over_six("input")),
+        lambda: Q(**rht, row_scaled_nvfp4=row_scaled_activation, **four_over_six("input")),
         lambda: Q(with_2d_quantization=not disable_2d_quantization, **four_over_six("weight")),
-        lambda: Q(with_rht=rht, with_post_rht_amax=rht, stochastic_rounding=not disable_stochastic_rounding),
+        lambda: Q(**rht, stochastic_rounding=not disable_stochastic_rounding),
     )
 
 
@@ -122,4 +143,17 @@ def get_recipe(name: str, **options: Any) -> Recipe:
     names the valid recipes, a TypeError an option the recipe does not have."""
     if name not in _RECIPES:
         raise ValueError(f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}")
-    return _RECIPES[name](**options)
+    factory = _RECIPES[name]
+    recipe = factory(**options)
+    defaults = inspect.signature(factory).parameters
+    changed = tuple(sorted((k, v) for k, v in options.items() if v != defaults[k].default))
+    return Recipe(recipe.name, recipe.input, recipe.weight, recipe.grad, changed)
+
+
+def as_recipe(recipe: str | Recipe) -> Recipe:
+    """``recipe`` itself, or the recipe of that name with its defaults (a TypeError names anything else)."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    if isinstance(recipe, str):
+        return get_recipe(recipe)
+    raise TypeError(f"recipe must be a recipe name or a Recipe (from get_recipe), got {type(recipe).__name__}")

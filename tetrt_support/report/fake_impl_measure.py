@@ -19,13 +19,25 @@ from dataclasses import dataclass, field
 import torch
 
 from tetrt_support.quant.linear import Linear
+from tetrt_support.quant.recipes import Recipe, get_recipe
 from tetrt_support.report.quant_tracing import GraphCapture
 from tetrt_support.report.tables import Table
 from tetrt_support.report.timing import Stopwatch
 
 
-def tiny_mlp(recipe: str, fake_impl: str, sizes: Sequence[int] = (64, 64, 32), *, seed: int = 0) -> torch.nn.Sequential:
-    """Linear -> ReLU -> ... -> Linear over ``sizes``, deterministically initialised."""
+def fp32_recipe(name: str) -> Recipe:
+    """The recipe ``name`` for an fp32 model: TE's defaults, except that nvfp4's Hadamard
+    transform takes the fp32 activations as TE's reference quantizer does
+    (``rht_any_input_dtype=True``; TE's kernels take bf16 only and would refuse them)."""
+    return get_recipe(name, rht_any_input_dtype=True) if name == "nvfp4" else get_recipe(name)
+
+
+def tiny_mlp(
+    recipe: str | Recipe, fake_impl: str, sizes: Sequence[int] = (64, 64, 32), *, seed: int = 0
+) -> torch.nn.Sequential:
+    """Linear -> ReLU -> ... -> Linear over ``sizes`` in fp32, deterministically initialised;
+    a recipe name goes through :func:`fp32_recipe`, a Recipe is used as given."""
+    recipe = fp32_recipe(recipe) if isinstance(recipe, str) else recipe
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -184,8 +196,9 @@ def graph_head_table(gm: torch.fx.GraphModule, until_op: str) -> Table:
 def compile_matrix(
     recipes: Sequence[str], fake_impls: Sequence[str], *, backend: str = "aot_eager", steps: int = 3
 ) -> list[dict[str, object]]:
-    """For each (fake impl, recipe): compile stats of a few training steps and whether the
-    losses equal the uncompiled run's (the same quantized model, so exactly)."""
+    """For each (fake impl, recipe name): compile stats of a few training steps of the fp32
+    :func:`tiny_mlp` (its recipes are :func:`fp32_recipe`'s) and whether the losses equal the
+    uncompiled run's (the same quantized model, so exactly)."""
     g = torch.Generator().manual_seed(1)
     x, target = torch.randn(32, 64, generator=g), torch.randn(32, 32, generator=g)
     rows = []

@@ -15,12 +15,16 @@ from tetrt_support.report.tables import Table
 
 __all__ = [
     "FP8_LINEAR_TARGET",
+    "LLAMA4_TARGET",
     "ROPE_TARGET",
     "ROPE_VS_ONE_GRAPH_TARGET",
     "attention_table",
     "bandwidth_series",
     "linear_claims",
     "linear_table",
+    "llama4_claims",
+    "llama4_table",
+    "llama4_title",
     "lowering_claims",
     "lowering_curves",
     "machine_line",
@@ -35,6 +39,8 @@ ROPE_TARGET = 0.97  # lowered RoPE compiled, fraction of a clone's bandwidth
 # lowered RoPE compiled (no inductor freezing), fraction of the hand-written one-graph version's bandwidth
 ROPE_VS_ONE_GRAPH_TARGET = 0.99
 FP8_LINEAR_TARGET = 0.70  # FP8 current-scaling Linear forward, fraction of raw _scaled_mm
+# mid-size Llama 4 through tetrt_support.compile(backend="inductor"): torch.compile's time over its time
+LLAMA4_TARGET = 1.0
 
 _SMOKE = "SMOKE RUN (--quick: small sizes, few repeats; not figures to quote)"
 
@@ -196,4 +202,65 @@ def lowering_claims(results: Mapping[str, Any]) -> list[str]:
     for name, r in rope["variants"].items():
         if "median_s" in r:
             lines.append(f"RoPE {rope['shape_q_k']} {name}: {r['relative_to_complex_eager']:.2f}x complex eager time")
+    return lines
+
+
+# --------------------------------------------------------------------------------------
+# The mid-size Llama 4 benchmark (benchmarks/llama4.py)
+# --------------------------------------------------------------------------------------
+
+
+def _llama4_section(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    section = result.get("llama4")
+    if section is None or "error" in section:
+        raise KeyError(f"suite 'llama4' is missing or failed in this file: {section}")
+    return section
+
+
+def llama4_title(result: Mapping[str, Any]) -> str:
+    """The model and input of a ``llama4`` file, in one line."""
+    c = _llama4_section(result)["config"]
+    return (f"Llama 4 text: {c['layers']} layers, hidden {c['hidden_size']}, {c['num_attention_heads']} heads of "
+            f"{c['head_dim']} ({c['num_key_value_heads']} KV), MLP {c['intermediate_size_mlp']}, vocab "
+            f"{c['vocab_size']}; {c['batch']} x {c['seq']} tokens, {c['dtype']}")
+
+
+def llama4_table(result: Mapping[str, Any]) -> Table:
+    """Each variant of the Llama 4 forward: time; speed against ``torch.compile`` (its time over
+    the variant's); seconds to the first result (compile and first call, export not counted);
+    blocks; the logit error, relative to the largest logit, against eager bf16 and eager fp32."""
+    rows = []
+    for name, v in _llama4_section(result)["variants"].items():
+        if "median_s" not in v:
+            rows.append((name, "failed", v.get("error", "?")[:60], "", "", ""))
+            continue
+        to_first = v["first_call_s"] + v.get("compile_s", 0.0) if name != "eager" else None
+        blocks = v.get("blocks_summary", "").replace(" blocks", "").replace(" block", "")
+        rows.append((name, f"{1e3 * v['median_s']:.3f}", f"{v['speed_vs_torch_compile']:.3f}",
+                     "" if to_first is None else f"{to_first:.1f}", blocks,
+                     f"{v['max_rel_error_vs_eager_bf16']:.2g} / {v['max_rel_error_vs_eager_fp32']:.2g}"))
+    headers = ("variant", "ms", "vs torch.compile", "compile s", "blocks", "err bf16 / fp32")
+    return Table(rows, headers, title=llama4_title(result))
+
+
+def llama4_claims(result: Mapping[str, Any]) -> list[str]:
+    """Each ``tetrt_compile_inductor_*`` variant against ``torch.compile`` of the complex
+    original (:data:`LLAMA4_TARGET`), its blocks, and what failed; verdicts for GPU runs only."""
+    variants = _llama4_section(result)["variants"]
+    judged = bool(result["machine"].get("gpu")) and not is_smoke_run(result)
+    lines = [_SMOKE] if is_smoke_run(result) else []
+    if "export" in _llama4_section(result):
+        lines.append(f"export failed: {_llama4_section(result)['export']['error']}")
+    for name, v in variants.items():
+        if "error" in v:
+            lines.append(f"{name}: failed: {v['error']}")
+        elif name.startswith("tetrt_compile") and "speed_vs_torch_compile" in v:
+            speed = v["speed_vs_torch_compile"]
+            verdict = f" (target >= {LLAMA4_TARGET}): {'met' if speed >= LLAMA4_TARGET else 'NOT met'}" if judged else ""
+            lines.append(f"{name}: torch.compile's time / its time = {speed:.3f}{verdict}; {v['blocks_summary']}")
+    eager = variants.get("eager", {}).get("speed_vs_torch_compile")
+    if eager is not None:
+        lines.append(f"eager (complex original): torch.compile's time / its time = {eager:.3f}")
+    if "export_s" in _llama4_section(result):
+        lines.append(f"torch.export of the model, before tetrt_support.compile: {_llama4_section(result)['export_s']:.1f} s")
     return lines

@@ -26,6 +26,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "fake_impls": ("machine", "versions", "config", "code_lines", "summary", "rows"),
     "train_step": ("machine", "suites"),
     "loss_study": ("machine", "setup", "recipes"),
+    "llama4": ("machine", "llama4"),
     "gpu_check": ("torch", "gpu", "bit_identity"),
     "hf_sweep": ("command", "versions", "tolerance", "rows"),
 }
@@ -36,6 +37,7 @@ _COMMANDS = {
     "fake_impls": "python -m benchmarks.perf --suites fake_impls",
     "train_step": "python -m benchmarks.perf --device cuda --suites train_step",
     "loss_study": "python -m benchmarks.perf --device cpu|cuda --suites loss_study",
+    "llama4": "python -m benchmarks.perf --device cuda --suites llama4",
     "gpu_check": "python scripts/gpu_check.py   (CUDA)",
     "hf_sweep": "python scripts/sweep_hf.py",
 }

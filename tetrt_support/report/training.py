@@ -186,6 +186,16 @@ def profile_table(result: Mapping[str, Any], key: str, rows: int = 8) -> Table:
     return Table(body, ("kernel", "us per step", "calls per step"), title=title)
 
 
+def host_breakdown_table(result: Mapping[str, Any]) -> Table:
+    """Host microseconds per call of each layer of a step (``benchmarks.host_breakdown``)."""
+    section = result["suites"].get("host_breakdown")
+    if not section or "host_us_per_call" not in section:
+        raise KeyError(f"no host breakdown in this file ({(section or {}).get('error', 'not measured')})")
+    rows = [(name, f"{us:.0f}") for name, us in section["host_us_per_call"].items()]
+    return Table(rows, ("what the host issues", "host us per call"),
+                 title=f"host time per call, {section['recipe']} at {section['size']} (device waits excluded)")
+
+
 def plot_step_speedups(ax: Any, result: Mapping[str, Any], suite: str = "train_step") -> None:
     """Grouped bars: speedup over bf16 per variant, one group per size; targets as black ticks."""
     speed = step_speedups(result, suite)

@@ -38,6 +38,7 @@ __all__ = [
     "ComplexRoPE",
     "ComplexRoPEAttention",
     "ComplexRoPEPolar",
+    "LLAMA4_TINY_SIZES",
     "RotateHalfRoPE",
     "ZooEntry",
     "ZooExport",
@@ -246,44 +247,59 @@ def _llama4_classes() -> tuple[Any, Any]:
     return Llama4TextConfig, Llama4ForCausalLM
 
 
-def llama4_config(num_layers: int = 2, *, with_moe: bool = False, attn_implementation: str = "sdpa") -> Any:
+# The sizes of the tiny Llama 4, by Llama4TextConfig's field names; llama4_config(**sizes)
+# overrides them (a benchmark builds a mid-size model from the same recipe).
+LLAMA4_TINY_SIZES: dict[str, int] = {
+    "vocab_size": 128,
+    "hidden_size": HIDDEN,
+    "intermediate_size": 64,  # expert size
+    "intermediate_size_mlp": 128,  # dense MLP size
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": 2,
+    "head_dim": HEAD_DIM,
+    "max_position_embeddings": 256,
+    "num_local_experts": 2,
+    "attention_chunk_size": 64,
+}
+
+
+def llama4_config(num_layers: int = 2, *, with_moe: bool = False, attn_implementation: str = "sdpa", **sizes: int) -> Any:
     """A tiny ``Llama4TextConfig``: hidden 64, 4 heads (2 KV heads) of dim 16, vocab 128.
 
     Every fourth layer is a no-RoPE layer, as in the real model (``no_rope_layer_interval=4``).
     ``with_moe=False`` makes every layer a dense MLP (``moe_layers=[]``); ``with_moe=True``
     makes every layer a 2-expert top-1 mixture of experts with a shared expert.
+    ``sizes`` replace entries of :data:`LLAMA4_TINY_SIZES` (e.g. ``hidden_size=2048``); a
+    name that is not one of them raises rather than being ignored.
     """
     Llama4TextConfig, _ = _llama4_classes()
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    unknown = sorted(set(sizes) - set(LLAMA4_TINY_SIZES))
+    if unknown:
+        raise TypeError(f"llama4_config: unknown sizes {unknown}; valid: {', '.join(LLAMA4_TINY_SIZES)}")
     return Llama4TextConfig(
-        vocab_size=128,
-        hidden_size=HIDDEN,
-        intermediate_size=64,  # expert size
-        intermediate_size_mlp=128,  # dense MLP size
+        **(LLAMA4_TINY_SIZES | sizes),
         num_hidden_layers=num_layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=2,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=256,
-        num_local_experts=2,
         num_experts_per_tok=1,
         interleave_moe_layer_step=1,
         moe_layers=None if with_moe else [],
-        attention_chunk_size=64,
         use_cache=False,  # no DynamicCache object in the exported signature
         attn_implementation=attn_implementation,
     )
 
 
-def tiny_llama4(num_layers: int = 2, with_moe: bool = False, seed: int = 0, attn_implementation: str = "sdpa") -> nn.Module:
+def tiny_llama4(
+    num_layers: int = 2, with_moe: bool = False, seed: int = 0, attn_implementation: str = "sdpa", **sizes: int
+) -> nn.Module:
     """HF ``Llama4ForCausalLM`` from :func:`llama4_config`, random weights from ``seed``, eval mode.
 
     Builds in milliseconds and downloads nothing. ``sdpa`` and ``eager`` attention both export
-    (with dynamic batch and sequence); ``sdpa`` is the default.
+    (with dynamic batch and sequence); ``sdpa`` is the default. ``sizes`` go to
+    :func:`llama4_config` (larger models for benchmarks).
     """
     _, Llama4ForCausalLM = _llama4_classes()
-    config = llama4_config(num_layers, with_moe=with_moe, attn_implementation=attn_implementation)
+    config = llama4_config(num_layers, with_moe=with_moe, attn_implementation=attn_implementation, **sizes)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Llama4ForCausalLM(config)

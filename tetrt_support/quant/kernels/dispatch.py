@@ -122,16 +122,21 @@ def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) 
 
 
 def _nvfp4_columnwise_matrix(q: Any, x2d: torch.Tensor) -> torch.Tensor:
-    """``NVFP4Quantizer._layout_matrix(x2d, "columnwise")``: the same function
-    (``numerics.apply_hadamard``, float64 sums, so the bytes do not depend on the device),
-    with the Hadamard matrix kept on the device: the quantizer builds it from a Python list
-    per call, a host-to-device copy that a CUDA graph capture refuses."""
-    x_t = x2d.t().contiguous()
+    """``NVFP4Quantizer._layout_matrix(x2d, "columnwise")``: ``x^T``, rotated by the
+    quantizer's Hadamard matrix when ``with_rht`` -- in one kernel that transposes and
+    rotates (:mod:`.hadamard`, the reference's float64 sums and roundings), with the matrix
+    kept on the device (the quantizer builds it from a Python list per call, a host-to-device
+    copy that a CUDA graph capture refuses)."""
     if not q.with_rht:
-        return x_t
+        return x2d.t().contiguous()
     from tetrt_support.quant import numerics
 
-    return numerics.apply_hadamard(x_t, _device_hadamard(q.rht_sign_mask, x_t.device))
+    matrix = _device_hadamard(q.rht_sign_mask, x2d.device)
+    if x2d.shape[0] % 16:  # the reference's own error, from its own code
+        return numerics.apply_hadamard(x2d.t().contiguous(), matrix)
+    from tetrt_support.quant.kernels.hadamard import rht_transpose
+
+    return rht_transpose(x2d, matrix)
 
 
 _HADAMARD: dict[tuple[int, str], torch.Tensor] = {}

@@ -202,7 +202,9 @@ def _e2m1_value(code):
     value = tl.where(magnitude_code < 4, magnitude_code.to(tl.float32) * 0.5,
                      tl.where(magnitude_code == 4, 2.0,
                               tl.where(magnitude_code == 5, 3.0, tl.where(magnitude_code == 6, 4.0, 6.0))))
-    return tl.where((code & 8) != 0, -value, value)
+    # The sign as a bit: on the H200 ``-value`` gave +0.0 for code 8 (-0), a bf16 operand
+    # bit that differed from the reference's (scripts/gpu_check.py).
+    return (value.to(tl.int32, bitcast=True) | ((code & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
