@@ -123,15 +123,13 @@ else:
 # input and weight on every call (quantization included); "cached_weight" reuses the
 # quantized weight as TransformerEngine does across micro-batches; "forward_backward"
 # counts three GEMMs. `fp8_scaled_mm_raw` is `torch._scaled_mm` on operands quantized
-# beforehand: the ceiling for FP8. On CUDA the FP8 current-scaling quantizer runs as a
-# `torch.compile`d kernel pair (one amax reduction, one scale-and-cast pass;
-# `tetrt_support.quant.fused`), bit-identical to the eager path, and the FP8 GEMM writes
-# bf16 directly. MXFP8 and NVFP4 have no tensor-core GEMM on Hopper: here they are
-# emulated: each operand is dequantized into bf16 (which holds its values exactly) by a
-# Triton kernel and multiplied by cuBLAS's bf16 GEMM. The quantizers run the Triton kernels
-# of `tetrt_support.quant.kernels` (one amax pass and one cast pass for FP8 current scaling,
+# beforehand: the ceiling for FP8. The quantizers run the Triton kernels of
+# `tetrt_support.quant.kernels` (one amax pass and one cast pass for FP8 current scaling,
 # one pass for the block formats, both layouts from one read), checked byte for byte against
-# the CPU reference by `scripts/gpu_check.py` on the same H200 (218 of 218 cases equal).
+# the CPU reference by `scripts/gpu_check.py` on the same H200 (218 of 218 cases equal), and
+# the FP8 GEMM writes bf16 directly. MXFP8 and NVFP4 have no tensor-core GEMM on Hopper:
+# here they are emulated: each operand is dequantized into bf16 (which holds its values
+# exactly) by a Triton kernel and multiplied by cuBLAS's bf16 GEMM.
 
 # %%
 perf.linear_table(cuda)
