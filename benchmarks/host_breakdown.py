@@ -15,6 +15,7 @@ A script's helper, not a test: nothing here asserts.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -84,8 +85,6 @@ def breakdown(t: int = 8192, k: int = 4096, n: int = 4096, recipe: str = "fp8_cu
     xg = x.clone().requires_grad_(True)
     out["eager Linear forward + backward"] = host_us(lambda: layer(xg).backward(dy), calls=32)
     out[f"compiled step ({recipe})"] = host_us(step_fn(recipe, t, k, n), calls=32)
-    import os
-
     os.environ["TETRT_KERNELS_AUTOTUNE"] = "0"  # fixed tiles: the kernel launched without triton.autotune
     try:
         out[f"compiled step ({recipe}), kernels without the autotuner"] = host_us(step_fn(recipe, t, k, n), calls=32)

@@ -200,16 +200,16 @@ display(training.host_breakdown_table(steps))
 # size every recipe of this project is bound by the host in the default mode: the
 # fp8_current profile shows 0.73 ms of kernels under 2.47 ms of host time. The breakdown
 # says where that goes: each custom op costs about 0.65 ms of host time when called directly,
-# of which one quantize is 0.2 ms (a Triton launch alone is 16-30 us) and most of the rest is
+# of which one quantize is 0.2 ms (its amax launch with the zeroed buffer 40 us) and most of the rest is
 # torch.library's dispatch around a Python implementation; torchao's float8 is traced into
 # inductor's own kernels instead, and bf16 issues three GEMMs. CUDA graphs remove the host
 # from the step: there fp8_current is ahead of torchao at both sizes, but at 1.29x still
 # under 1.35x at the small size, where the three FP8 GEMMs alone take 0.59 ms. NVFP4 is
 # emulated: its three GEMMs (bf16 operands, fp32 results) take 7.8 ms of its 14.2 ms of
 # kernels at the large size, quantization and operand building most of the rest (stochastic rounding reads a uniform draw per
-# element, as the reference draws it). The previous stored run (older kernels; in this
-# repository's history) gave fp8_current 1.35x with CUDA graphs at the small size: the spread
-# between runs on that box is a few percent, about the distance to that target.
+# element, as the reference draws it). With CUDA graphs, fp8_current at the small size is
+# 5% under its target, a gap one run does not settle: in section 1, two variants of the same
+# arithmetic differ by 0.045 of a clone.
 
 # %% [markdown]
 # ## 5. Do the recipes train like bf16? A loss study
@@ -301,7 +301,7 @@ print("\n".join(perf.lowering_claims(bench)[:9]))
 #   0.93 of the hand-written one-graph version (section 1's lines; the aim is 0.99): the
 #   interleaved read of the packed frequencies. The mid-size Llama 4 through
 #   `compile(backend="inductor")` is 0.976 of `torch.compile`'s speed in the stored run
-#   (an earlier run of the benchmark the same day gave 0.99): close to, but not, the aim of 1.0.
+#   (section 2's lines): close to, but not, the aim of 1.0.
 # - **Noise.** The RoPE target sits within the run-to-run spread of identical kernels
 #   (about 3% here); a tighter claim needs hardware counters (ncu) rather than more
 #   repeats, which the device lease did not leave time for.
