@@ -77,11 +77,11 @@ def breakdown(t: int = 8192, k: int = 4096, n: int = 4096, recipe: str = "fp8_cu
         xq, wq, transpose_a=False, transpose_b=True, layout_a="rowwise", layout_b="rowwise", out_dtype=torch.bfloat16))
     ops = layer._ops
     with torch.no_grad():
-        out["forward custom op, called directly (no grad)"] = host_us(
-            lambda: ops.forward(x, layer.weight, None, [], qi, qw, qg))
-    _, x_flat, w_flat = ops.forward(x, layer.weight, None, [], qi, qw, qg)
+        out["forward custom op, called directly (training usages)"] = host_us(
+            lambda: ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True))
+    _, x_flat, w_flat = ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True)
     out["backward custom op, called directly"] = host_us(lambda: ops.backward(
-        dy, list(x_flat), list(w_flat), qi, qw, qg, [t, k], [n, k], torch.bfloat16, False))
+        dy, list(x_flat), list(w_flat), qi, qw, qg, [t, k], [n, k], torch.bfloat16, False, True, True, True, True))
     xg = x.clone().requires_grad_(True)
     out["eager Linear forward + backward"] = host_us(lambda: layer(xg).backward(dy), calls=32)
     out[f"compiled step ({recipe})"] = host_us(step_fn(recipe, t, k, n), calls=32)

@@ -1,7 +1,8 @@
 """RoPE run time and bandwidth against a clone of the same bytes; the RoPE attention block.
 
 ``rope``: Llama RoPE on q and k: complex eager, complex compiled, lowered eager and
-compiled (both strategies, and with inductor's inference freezing), a hand-written real
+compiled (both strategies; with inductor's inference freezing; and after the constant-folding
+lowering pass, :mod:`tetrt_support.compiler.constant_folding`), a hand-written real
 version eager and compiled, and a clone of the same bytes (the practical roofline).
 Variants are timed round-robin (:func:`tetrt_support.report.timing.time_round_robin`), so
 drift and load hit them alike. ``attention``: the RoPE attention block, complex against
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from benchmarks.record import error_record
 from tetrt_support import zoo
+from tetrt_support.compiler.constant_folding import fold_constants
 from tetrt_support.report.compare import max_abs_error
 from tetrt_support.report.timing import Stopwatch, time_calls, time_round_robin
 
@@ -75,6 +77,9 @@ def bench_rope(device: str, shape: list[int], iters: int) -> dict[str, Any]:
                 # constants; without it each thread reads the freqs with a stride of 2.
                 variants[f"lowered_{strategy}_compiled_frozen"] = lambda c=torch.compile(
                     gm, options={"freezing": True}): c(q, k)
+                # The same folding as a lowering pass (Torch-TensorRT's post-lowering
+                # constant_fold, results stored contiguous), then compiled without freezing.
+                variants[f"lowered_{strategy}_folded_compiled"] = lambda c=torch.compile(fold_constants(gm)): c(q, k)
             except Exception as e:  # noqa: BLE001 - record, keep measuring the rest
                 results[f"lowered_{strategy}"] = error_record(e)
     except Exception as e:  # noqa: BLE001

@@ -291,13 +291,14 @@ print("RHT on the column-wise operand lowers its max |error|:", rht["max_abs"] <
 #
 # - TransformerEngine itself was not run: the numerics are checked byte for byte against
 #   an independent restatement of TE's algorithms (notebook 07, `tests/quant/`), not
-#   against TE's kernels. Stochastically rounded bytes cannot be TE's (its random bits
-#   come from inside its kernels).
+#   against TE's kernels. Stochastically rounded bytes cannot be TE's (both draw Philox
+#   words inside the kernel, but TE's counters and offsets are its own).
 # - The staticmethod-through-instance guard crash (pytorch/pytorch#182741) still
 #   reproduces on torch 2.14.1; the workaround is a convention, kept by a test.
 # - Mutation inside the region is not reported by Dynamo as such — it shows up only as
-#   recompiles; a value quantizer could be made immutable (frozen `__setattr__`) once the
-#   usage changes of a Linear are moved outside the region.
+#   recompiles; a value quantizer could be made immutable (frozen `__setattr__`): the Linear
+#   does not change its quantizers' usages (it passes them to its op as bools, and the op
+#   quantizes with copies), so only `set_usage` itself would have to go.
 # - `hoist=True` was shown on flat graphs only; its benefit (sharing one graph body across
 #   hierarchical compilation) was not measured here.
 # - Version skew, measured once outside this notebook on the H200 box (torch 2.11, CUDA):

@@ -168,7 +168,7 @@ for name in FAKE_IMPLS:
 # `TensorProto` holds the registered quantizer itself — but describing runs the
 # quantizer's `describe_buffers` under Dynamo, and for FP8 blockwise a `@property` on the
 # opaque quantizer trips an internal Dynamo assertion (torch 2.14). Hence the Linear
-# builds its template *before* tracing for both strategies (`Linear._weight_template`).
+# builds its templates *before* tracing for both strategies (`Linear._weight_templates`).
 
 # %%
 for recipe in ("nvfp4", "fp8_block"):

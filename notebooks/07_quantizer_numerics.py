@@ -310,9 +310,10 @@ Table([[name, repr(got), got == want] for name, got, want in checks], ["TE's rul
 #   bytes for a finite input (0 and 8) and this package follows the reference. TE's own
 #   exact test compares the two with `atol=0` but never feeds a -0.0, so it cannot say
 #   which is meant. Such zeros are common: dropout turns every dropped negative into -0.0.
-# - Stochastic rounding (NVFP4 gradients) is seeded and reproducible here, but its random
-#   bits are not TE's: TE draws them inside its kernel (Philox), so those bytes cannot
-#   match; what is tested is the property (unbiased, the same bytes for the same seed).
+# - Stochastic rounding (NVFP4 gradients) is seeded and reproducible here, and drawn as TE
+#   draws it, from Philox4x32-10 inside the kernel (`quant/philox.py` is the reference of
+#   those draws); but TE's counters and offsets are its kernels' own, so those bytes cannot
+#   match TE's; what is tested is the property (unbiased, the same bytes for the same seed).
 # - The padding of scale buffers is unspecified in TE outside its swizzled layout and is
 #   zero here.
 # - FP8 blockwise has one scale layout here, TE's GEMM-ready one; TE's conversion of

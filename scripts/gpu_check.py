@@ -175,7 +175,7 @@ def check_kernels(results: list[dict[str, Any]], shapes: list[tuple[int, int]] |
                     for mask in (0, N.TE_RHT_SIGN_MASK):
                         h = N.random_hadamard_matrix(mask)
                         compare(f"rht transpose mask={mask:#06x} {tag}",
-                                {"rotated": rht_transpose(xc, h.cuda())}, {"rotated": N.apply_hadamard(xt, h)},
+                                {"rotated": rht_transpose(xc, mask)}, {"rotated": N.apply_hadamard(xt, h)},
                                 {"rotated": N.apply_hadamard(xc.t().contiguous(), h.cuda())}, results)
                     op = NV.nvfp4_operand_bf16(ra.cuda(), rb.cuda())
                     ref = N.e2m1_decode(N.unpack_fp4(ra)) * N.expand_block_scales(rb.float(), 1, 16, tuple(x.shape))
@@ -184,35 +184,42 @@ def check_kernels(results: list[dict[str, Any]], shapes: list[tuple[int, int]] |
 
 
 def check_quantizers(results: list[dict[str, Any]]) -> None:
-    """Each quantizer's CUDA quantize (both usages, as the Linear sets them) against the same
-    quantizer on the CPU, and against the reference run on the GPU from the same RNG state
-    (stochastic rounding draws its uniforms from the device's generator)."""
+    """Each quantizer's CUDA quantize, in the usages the Linear makes (both in training,
+    row-wise only without gradients), against the same quantizer on the CPU, and against the
+    reference run on the GPU from the same RNG state (stochastic rounding draws its seeds
+    from the device's generator)."""
     from tetrt_support.quant import recipes
 
     x = inputs((512, 768), torch.bfloat16, False, seed=7)
     for name in recipes.RECIPES:
         for role, quantizer in zip(("input", "weight", "grad"), recipes.get_recipe(name).quantizers()):
-            try:
-                quantizer.set_usage(rowwise=True, columnwise=True)
-                torch.cuda.manual_seed(11)
-                gpu = quantizer.quantize(x.cuda())
-                os.environ["TETRT_QUANT_KERNELS"] = "0"
-                try:
-                    torch.cuda.manual_seed(11)
-                    gpu_reference = quantizer.quantize(x.cuda())
-                    cpu = quantizer.quantize(x)
-                finally:
-                    os.environ["TETRT_QUANT_KERNELS"] = "1"
-                names, _ = cpu.__tensor_flatten__()
-                label = f"quantizer {name}/{role} {quantizer!r}"
-                if getattr(quantizer, "stochastic_rounding", False):  # the CPU draws other numbers
-                    compare(label + " vs GPU reference (same RNG state)", {n: getattr(gpu, n) for n in names},
-                            {n: getattr(gpu_reference, n) for n in names}, None, results)
-                else:
-                    compare(label, {n: getattr(gpu, n) for n in names}, {n: getattr(cpu, n) for n in names},
-                            {n: getattr(gpu_reference, n) for n in names}, results)
-            except Exception as e:  # noqa: BLE001 - record and go on
-                results.append({"case": f"quantizer {name}/{role}", "ok": False, "error": f"{type(e).__name__}: {e}"})
+            for columnwise in (True, False):
+                _check_quantizer(f"{name}/{role}", quantizer, columnwise, x, results)
+
+
+def _check_quantizer(case: str, quantizer: Any, columnwise: bool, x: torch.Tensor, results: list[dict[str, Any]]) -> None:
+    try:
+        quantizer.set_usage(rowwise=True, columnwise=columnwise)
+        torch.cuda.manual_seed(11)
+        gpu = quantizer.quantize(x.cuda())
+        os.environ["TETRT_QUANT_KERNELS"] = "0"
+        try:
+            torch.cuda.manual_seed(11)
+            gpu_reference = quantizer.quantize(x.cuda())
+            cpu = quantizer.quantize(x)
+        finally:
+            os.environ["TETRT_QUANT_KERNELS"] = "1"
+        names, _ = cpu.__tensor_flatten__()
+        label = f"quantizer {case} {quantizer!r}"
+        if getattr(quantizer, "stochastic_rounding", False):  # the CPU draws other numbers
+            compare(label + " vs GPU reference (same RNG state)", {n: getattr(gpu, n) for n in names},
+                    {n: getattr(gpu_reference, n) for n in names}, None, results)
+        else:
+            compare(label, {n: getattr(gpu, n) for n in names}, {n: getattr(cpu, n) for n in names},
+                    {n: getattr(gpu_reference, n) for n in names}, results)
+    except Exception as e:  # noqa: BLE001 - record and go on
+        usage = "both usages" if columnwise else "row-wise only"
+        results.append({"case": f"quantizer {case} ({usage})", "ok": False, "error": f"{type(e).__name__}: {e}"})
 
 
 def check_linear(report: dict[str, Any]) -> None:
@@ -363,7 +370,6 @@ def time_kernels(report: dict[str, Any]) -> None:
     from tetrt_support.quant import numerics
     from tetrt_support.quant.kernels.hadamard import rht_transpose
 
-    hadamard = numerics.random_hadamard_matrix(device="cuda")
     cases = {
         "amax": (lambda: tensor_amax_bits(x), 2 * m * k),
         "current_scaling rowwise+transpose": (lambda: F.current_scaling_quantize(x, e4, rowwise=True, columnwise=True),
@@ -374,7 +380,7 @@ def time_kernels(report: dict[str, Any]) -> None:
         "mxfp8 dequantize bf16": (lambda: MX.mxfp8_dequantize_bf16(xm, xms, 1, 32), 3 * m * k),
         "nvfp4 both (amax included)": (lambda: NV.nvfp4_quantize(x, rowwise=True, columnwise=True), 2 * m * k * 2 + m * k),
         "nvfp4 operand bf16": (lambda: NV.nvfp4_operand_bf16(xn, xns), 2.5 * m * k),
-        "rht transpose (nvfp4 column-wise operand)": (lambda: rht_transpose(x, hadamard), 4 * m * k),
+        "rht transpose (nvfp4 column-wise operand)": (lambda: rht_transpose(x, numerics.TE_RHT_SIGN_MASK), 4 * m * k),
         "copy bf16 (ceiling)": (lambda: x.clone(), 4 * m * k),
     }
     out: dict[str, Any] = {}

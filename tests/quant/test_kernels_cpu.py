@@ -26,7 +26,7 @@ pytest.importorskip("triton")
 CHILD = textwrap.dedent(
     """
     import json, torch
-    from tetrt_support.quant import numerics as N
+    from tetrt_support.quant import numerics as N, philox
     from tetrt_support.quant.kernels import float8 as F, mxfp8 as MX, nvfp4 as NV, gemm as G
     from tetrt_support.quant.kernels.dequantize import blockwise_dequantize_bf16
     from tetrt_support.quant.kernels.transpose import transpose_fp8
@@ -87,18 +87,21 @@ CHILD = textwrap.dedent(
                 ra, rb = N.nvfp4_quantize(x, ram, br)
                 rc, re_ = N.nvfp4_quantize(xt, ram, br)
                 out[f"nvfp4 {br}x16 {tag}"] = [same(a, ra), same(b, rb), same(c, rc), same(e, re_), same(am.reshape(()), ram)]
-            u = torch.rand(x.shape, generator=torch.Generator().manual_seed(9))
-            a, b, _, _, _ = NV.nvfp4_quantize(x, None, 1, uniform=u)
-            ra, rb = N.nvfp4_quantize(x, N.amax(x), 1, uniform=u)
+            seed = torch.tensor([0x0123456789ABCDEF + 977 * len(out)], dtype=torch.int64)  # high and low words differ
+            a, b, _, _, _ = NV.nvfp4_quantize(x, None, 1, seed=seed)
+            ra, rb = N.nvfp4_quantize(x, N.amax(x), 1, uniform=philox.uniform(seed, tuple(x.shape)))
             out[f"nvfp4 stochastic {tag}"] = [same(a, ra), same(b, rb)]
             op = NV.nvfp4_operand_bf16(ra, rb)
             ref = N.e2m1_decode(N.unpack_fp4(ra)) * N.expand_block_scales(rb.float(), 1, 16, tuple(x.shape))
             out[f"nvfp4 bf16 operand {tag}"] = [same(op.float(), ref)]
             q = d
             out[f"transpose {tag}"] = [same(transpose_fp8(q), q.t().contiguous())]
-            for mask in (0, N.TE_RHT_SIGN_MASK):
+            zeros = x.clone()
+            zeros[:16, :3], zeros[:16, 3:6] = 0.0, -0.0  # whole groups of +0 and of -0: the sign of an exact zero
+            for mask in (0, N.TE_RHT_SIGN_MASK, 0xFFFF):
                 h = N.random_hadamard_matrix(mask)
-                out[f"rht transpose {tag}"] = [same(rht_transpose(x, h), N.apply_hadamard(xt, h))]
+                out[f"rht transpose {tag}"] = [same(rht_transpose(v, mask), N.apply_hadamard(v.t().contiguous(), h))
+                                               for v in (x, zeros)]
     g = torch.Generator().manual_seed(5)
     a = (torch.randint(-6, 7, (64, 96), generator=g).float() / 4).to(torch.bfloat16)
     b = (torch.randint(-6, 7, (32, 96), generator=g).float() / 2).to(torch.bfloat16)
@@ -106,8 +109,9 @@ CHILD = textwrap.dedent(
     out["emulated_mm exact"] = [same(G.emulated_mm(a, b, out_dtype=torch.float32), G.emulated_reference_mm(a, b).float()),
                                 same(G.emulated_mm(a, b, alpha, out_dtype=torch.bfloat16),
                                      G.emulated_reference_mm(a, b, alpha).float().to(torch.bfloat16))]
-    # The quantizers' fast path (kernels.dispatch) against their reference, both usages as the
-    # Linear sets them, from the same RNG state (NVFP4's stochastic rounding draws uniforms).
+    # The quantizers' fast path (kernels.dispatch) against their reference, in the usages the
+    # Linear makes (both in training, row-wise only without gradients), from the same RNG
+    # state (NVFP4's stochastic rounding draws uniforms).
     import os
     from tetrt_support.quant import recipes
     from tetrt_support.quant.linear import Linear
@@ -119,14 +123,17 @@ CHILD = textwrap.dedent(
     xq = torch.where(xq.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(xq), xq).to(torch.bfloat16)
     for name in recipes.RECIPES:
         for role, quantizer in zip(("input", "weight", "grad"), recipes.get_recipe(name).quantizers()):
-            quantizer.set_usage(rowwise=True, columnwise=True)
-            got = {}
-            for flag in ("1", "0"):
-                os.environ["TETRT_QUANT_KERNELS"] = flag
-                torch.manual_seed(5)
-                got[flag] = quantizer.quantize(xq)
-            names, _ = got["0"].__tensor_flatten__()
-            out[f"dispatch quantize {name}/{role}"] = [same(getattr(got["1"], n), getattr(got["0"], n)) for n in names]
+            for columnwise in (True, False):
+                quantizer.set_usage(rowwise=True, columnwise=columnwise)
+                got = {}
+                for flag in ("1", "0"):
+                    os.environ["TETRT_QUANT_KERNELS"] = flag
+                    torch.manual_seed(5)
+                    got[flag] = quantizer.quantize(xq)
+                names, _ = got["0"].__tensor_flatten__()
+                usage = "" if columnwise else " row-wise only"
+                out[f"dispatch quantize {name}/{role}{usage}"] = [same(getattr(got["1"], n), getattr(got["0"], n))
+                                                                 for n in names]
     # A Linear step through the fast GEMMs: per-tensor FP8 gives the reference's bits; the
     # block formats differ only by the GEMM's rounding (bf16 operands, fp32 accumulation).
     for name in recipes.RECIPES:

@@ -4,11 +4,18 @@ The module holds a high-precision weight (the optimiser updates it) and three va
 quantizers chosen by ``recipe``; each call quantizes the input and the weight inside the
 forward op, runs the GEMM, and saves the quantized operands -- flattened into plain
 tensors -- for the backward op, which quantizes the output gradient and computes dgrad
-and wgrad. Each operand is quantized in both layouts, and each GEMM reads the layouts TE's
-does (fprop: row-wise x row-wise; dgrad: row-wise grad x column-wise weight; wgrad:
-column-wise grad x column-wise input, where the nvfp4 recipe's Hadamard transform applies). ``fake_impl`` picks how the ops' fake impls and the flat<->quantized
-conversions are written (:mod:`tetrt_support.quant.fake_impls`); both compile with
-``fullgraph=True`` on eager, aot_eager and inductor.
+and wgrad. Each GEMM reads the layouts TE's does (fprop: row-wise x row-wise; dgrad:
+row-wise grad x column-wise weight; wgrad: column-wise grad x column-wise input, where the
+nvfp4 recipe's Hadamard transform applies), and each operand is quantized only in the
+layouts some GEMM of this call will read, as TE's ``_Linear.forward`` decides: row-wise
+always; the input column-wise when gradients are enabled and the weight requires grad
+(wgrad); the weight column-wise when gradients are enabled and the input requires grad
+(dgrad). So under ``torch.no_grad()`` nothing column-wise is made. The quantizers'
+own usage flags are not consulted (TE sets them on every call); the decisions reach the
+op as bool arguments, and under torch.compile they are constants the graph is guarded on
+(grad mode, ``requires_grad``). ``fake_impl`` picks how the ops' fake impls and the
+flat<->quantized conversions are written (:mod:`tetrt_support.quant.fake_impls`); both
+compile with ``fullgraph=True`` on eager, aot_eager and inductor.
 
 ``recipe`` is a name (TE's defaults) or a :class:`~tetrt_support.quant.recipes.Recipe`
 from ``get_recipe(name, **options)``; ``layer.recipe`` is the Recipe either way.
@@ -16,7 +23,11 @@ from ``get_recipe(name, **options)``; ``layer.recipe`` is the Recipe either way.
 Weight caching follows TransformerEngine's ``is_first_microbatch``: ``True`` quantizes
 the weight and keeps the quantized copy, ``False`` reuses it (the op then gets the
 cached buffers as inputs and, by the aliasing rule, does not return them), ``None``
-(default) quantizes every call.
+(default) quantizes every call. The cache holds the layouts of the call that made it; a
+cache with more than a later call needs is reused; one lacking the column-wise copy a
+later call needs (cached without gradients, then used in training) is a cache miss, as
+TE's ``quantize_weight`` treats a workspace without the needed usage: the weight is
+quantized afresh, in both layouts, and that copy becomes the cache.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import math
 import torch
 
 from tetrt_support.quant.fake_impls import get_strategy
-from tetrt_support.quant.ops import linear_ops
+from tetrt_support.quant.ops import linear_ops, with_usage
 from tetrt_support.quant.recipes import Recipe, as_recipe
 from tetrt_support.quant.base import QuantizedTensor
 
@@ -48,8 +59,6 @@ class Linear(torch.nn.Module):
         super().__init__()
         recipe = as_recipe(recipe)
         quantizers = recipe.quantizers()  # raise on a bad name before allocating
-        for q in quantizers:  # every operand is read row-wise by one GEMM and column-wise by another
-            q.set_usage(rowwise=True, columnwise=True)
         self._strategy = get_strategy(fake_impl)
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.recipe, self.fake_impl = recipe, fake_impl
@@ -59,18 +68,25 @@ class Linear(torch.nn.Module):
         self.input_quantizer, self.weight_quantizer, self.grad_quantizer = quantizers
         self._ops = linear_ops(*(type(q) for q in quantizers), fake_impl)
         self._weight_cache: QuantizedTensor | None = None
-        self._weight_template = self._make_weight_template()
+        self._weight_cache_columnwise = False  # whether the cache holds the dgrad copy
+        self._weight_templates = self._make_weight_templates()
         self.reset_parameters()
 
-    def _make_weight_template(self) -> object:
-        # Built eagerly: rebuilding a quantized tensor inside a trace needs the strategy's
-        # description of it, and allocating one there (make_empty copies the quantizer)
-        # is not traceable. Rebuilt when .to()/.cuda() change the weight.
-        return self._strategy.fake_quantized(self.weight_quantizer, self.weight.shape, self.weight.dtype, "meta")
+    def _make_weight_templates(self) -> tuple[object, object]:
+        """The strategy's stand-ins for the quantized weight, row-wise only and with both
+        layouts (indexed by ``weight_columnwise``). Built eagerly: rebuilding a quantized
+        tensor inside a trace needs the strategy's description of it, and allocating one
+        there (make_empty copies the quantizer) is not traceable. Rebuilt when
+        .to()/.cuda() change the weight."""
+        return tuple(  # type: ignore[return-value]
+            self._strategy.fake_quantized(with_usage(self.weight_quantizer, columnwise=columnwise),
+                                          self.weight.shape, self.weight.dtype, "meta")
+            for columnwise in (False, True)
+        )
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         result = super()._apply(fn, recurse)
-        self._weight_template = self._make_weight_template()
+        self._weight_templates = self._make_weight_templates()
         self._weight_cache = None
         return result
 
@@ -84,17 +100,25 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor, *, is_first_microbatch: bool | None = None) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear: input's last dimension is {x.shape[-1]}, expected in_features={self.in_features}")
+        grad_enabled = torch.is_grad_enabled()
+        input_columnwise = grad_enabled and self.weight.requires_grad  # TE: backward_needs_input
+        weight_columnwise = grad_enabled and x.requires_grad
         cache: list[torch.Tensor] = []
         if is_first_microbatch is False:
             if self._weight_cache is None:
                 raise RuntimeError("Linear: is_first_microbatch=False needs a cached weight; call once with True first")
-            cache = self._strategy.flat_buffers(self._weight_cache, like=self._weight_template)
+            if weight_columnwise and not self._weight_cache_columnwise:
+                is_first_microbatch = True  # TE: a workspace without the needed usage is a miss; re-quantize, re-cache
+            else:
+                weight_columnwise = self._weight_cache_columnwise  # the layouts the cache holds
+                cache = self._strategy.flat_buffers(self._weight_cache, like=self._weight_templates[weight_columnwise])
         out, _, w_flat = self._ops.forward(
             x.reshape(-1, self.in_features), self.weight, self.bias, cache,
-            self.input_quantizer, self.weight_quantizer, self.grad_quantizer,
+            self.input_quantizer, self.weight_quantizer, self.grad_quantizer, input_columnwise, weight_columnwise,
         )
         if is_first_microbatch:
-            self._weight_cache = self._strategy.reassemble(self._weight_template, w_flat)
+            self._weight_cache = self._strategy.reassemble(self._weight_templates[weight_columnwise], w_flat)
+            self._weight_cache_columnwise = weight_columnwise
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

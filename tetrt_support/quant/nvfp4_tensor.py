@@ -26,11 +26,12 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
   to that dtype. Meaningless, hence forced to False, without ``with_rht``.
 - ``with_2d_quantization``: one scale per 16x16 tile (weights).
 - ``stochastic_rounding``: E2M1 rounding up with probability proportional to the distance
-  (gradients); the random numbers come from ``quantize(x, generator=g)`` or torch's
-  default generator, so a run is reproducible from its seed. TE draws its bits inside the
-  CUDA kernel (Philox, seeded from torch's CUDA generator), so stochastically rounded
-  bytes are reproducible here but cannot equal TE's; the tests check the properties
-  instead (unbiased in expectation, the same bytes for the same seed).
+  (gradients). As in TE, the random numbers are Philox4x32-10 words counted per element
+  (:mod:`tetrt_support.quant.philox`), keyed by one seed per layout drawn from
+  ``quantize(x, generator=g)`` or torch's default generator, so a run is reproducible from
+  its seed and the kernel makes its draws in registers. TE's counters and offsets are its
+  kernels' own, so stochastically rounded bytes cannot equal TE's; the tests check the
+  properties instead (unbiased in expectation, the same bytes for the same seed).
 
 - ``row_scaled_nvfp4``: one global amax per row of each layout (``_amax_rowwise`` (M,),
   ``_amax_columnwise`` (K,)), so a loud row does not coarsen the others; TE refuses it
@@ -56,7 +57,7 @@ from typing import Any
 
 import torch
 
-from tetrt_support.quant import numerics, scale_layouts
+from tetrt_support.quant import numerics, philox, scale_layouts
 from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, all_reduce_max, check_block_multiple
 from tetrt_support.quant.dynamo import register_value_quantizer
 
@@ -211,8 +212,8 @@ class NVFP4Quantizer(RowColumnQuantizer):
         if amax_reduction_group is not None:  # TE's with_amax_reduction: one global scale across ranks
             amax = all_reduce_max(amax, amax_reduction_group)
         uniform = None
-        if self.stochastic_rounding:
-            uniform = torch.rand(matrix.shape, generator=generator, device=matrix.device, dtype=torch.float32)
+        if self.stochastic_rounding:  # one seed per layout; the draws are counted per element
+            uniform = philox.uniform(philox.draw_seed(generator, matrix.device), matrix.shape).to(matrix.device)
         data, scale = numerics.nvfp4_quantize(
             matrix, amax, BLOCK if self.with_2d_quantization else 1, uniform=uniform,
             e4m3_max=float(self.nvfp4_e4m3_max), four_over_six=self.nvfp4_4over6_err_mode if self.nvfp4_use_4over6 else None,

@@ -21,6 +21,20 @@ weight buffers only when it quantized the weight itself, and the autograd
 ``setup_context`` saves the INPUT buffers otherwise (mark and reconstruct, not return
 twice). :func:`_without_aliases` enforces the rule on whatever a quantizer returns.
 
+Which layouts are made, as TransformerEngine's ``_Linear`` decides them (its
+``module/linear.py``): row-wise always (the forward GEMM reads row-wise x row-wise); the
+input's column-wise copy (the wgrad operand) only when the backward will need it, the
+weight's (the dgrad operand) likewise. The forward op takes these two decisions as bool
+arguments (``input_columnwise``, ``weight_columnwise``; required: with schema defaults,
+torch 2.11's custom-op autograd compared the backward's gradients against the arguments
+as passed, without the defaulted ones, and inductor refused the step) and quantizes with
+:func:`with_usage` copies of the quantizers it is given, in the real impl and the fake
+impl alike, so their buffers agree; the quantizer objects passed in (the guarded
+constants of a compiled graph) are never mutated. The quantized input is saved only when
+wgrad will need it (TE's ``backward_needs_input``). The backward op is
+told which gradients to compute and which layouts it was given, and refuses, naming the
+layout, to compute a gradient whose operand was not made.
+
 Op schemas are explicit and name the quantizers' registered opaque types, so one pair
 of ops exists per (input, weight, grad) quantizer classes and fake-impl strategy, made
 on first use by :func:`linear_ops`.
@@ -39,9 +53,36 @@ import torch
 from tetrt_support.quant.fake_impls import FakeImplStrategy, get_strategy
 
 if TYPE_CHECKING:
-    from tetrt_support.quant.base import QuantizedTensor
+    from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
 OP_NAMESPACE = "tetrt_quant"
+
+
+# ------------------------------------------------------------------------ usages
+_USAGE_VARIANTS: dict[tuple[Any, ...], Quantizer] = {}
+
+
+def with_usage(quantizer: Quantizer, *, rowwise: bool = True, columnwise: bool) -> Quantizer:
+    """``quantizer`` if it already makes exactly these layouts, else an equal-valued copy
+    that does (``quantizer`` itself is never changed: it may be a compiled graph's guarded
+    constant, or shared).
+
+    Copies are kept per (value, usage): rebuilding derived state on every call would cost
+    (NVFP4's Hadamard matrix: about 0.2 ms of host time per copy). They are built outside
+    any fake mode, so a copy first made inside a fake impl holds real tensors."""
+    if quantizer.rowwise_usage == rowwise and quantizer.columnwise_usage == columnwise:
+        return quantizer
+    key = (quantizer._value_key(), rowwise, columnwise) if quantizer._value_fields() is not None else None
+    variant = _USAGE_VARIANTS.get(key) if key is not None else None
+    if variant is None:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            variant = quantizer.copy()
+        variant.set_usage(rowwise=rowwise, columnwise=columnwise)
+        if key is not None:  # an identity quantizer (live state) is copied afresh each time
+            _USAGE_VARIANTS[key] = variant
+    return variant
 
 
 # ------------------------------------------------------------------ flat protocol (eager)
@@ -160,18 +201,20 @@ class LinearOps:
 
 
 def _forward_impl(strategy: FakeImplStrategy):
-    def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer):
+    def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
+                input_columnwise, weight_columnwise):
         del grad_quantizer  # an input only so that setup_context sees it
-        x_q = input_quantizer.quantize(x)
+        x_q = with_usage(input_quantizer, columnwise=input_columnwise).quantize(x)
+        w_quantizer = with_usage(weight_quantizer, columnwise=weight_columnwise)
         if weight_cache:
-            w_q = strategy.reassemble(strategy.fake_quantized(weight_quantizer, weight.shape, weight.dtype, "meta"), weight_cache)
+            w_q = strategy.reassemble(strategy.fake_quantized(w_quantizer, weight.shape, weight.dtype, "meta"), weight_cache)
         else:
-            w_q = weight_quantizer.quantize(weight)
+            w_q = w_quantizer.quantize(weight)
         out = quantized_matmul(x_q, w_q, transpose_a=False, transpose_b=True, layout_a="rowwise", layout_b="rowwise",
                                out_dtype=x.dtype if bias is None else torch.float32)
         if bias is not None:
             out = out + bias.float()
-        x_flat = flatten_quantized(x_q)
+        x_flat = flatten_quantized(x_q) if input_columnwise else []  # saved only for wgrad, as TE's
         w_flat = [] if weight_cache else flatten_quantized(w_q)
         inputs = [x, weight, bias, *weight_cache]
         fresh = _without_aliases([*x_flat, *w_flat], inputs)
@@ -181,30 +224,69 @@ def _forward_impl(strategy: FakeImplStrategy):
 
 
 def _forward_fake(strategy: FakeImplStrategy):
-    def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer):
+    def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
+                input_columnwise, weight_columnwise):
         del bias, grad_quantizer
         out = x.new_empty((x.shape[0], weight.shape[0]))
-        x_flat = strategy.flat_fake(strategy.fake_quantized(input_quantizer, x.shape, x.dtype, x.device))
+        x_flat = []
+        if input_columnwise:  # saved for wgrad: both layouts
+            x_quantizer = with_usage(input_quantizer, columnwise=True)
+            x_flat = strategy.flat_fake(strategy.fake_quantized(x_quantizer, x.shape, x.dtype, x.device))
         if weight_cache:
             return out, x_flat, []
-        w_value = strategy.fake_quantized(weight_quantizer, weight.shape, weight.dtype, weight.device)
+        w_value = strategy.fake_quantized(with_usage(weight_quantizer, columnwise=weight_columnwise),
+                                          weight.shape, weight.dtype, weight.device)
         return out, x_flat, strategy.flat_fake(w_value)
 
     return forward
 
 
+def _check_backward_layouts(
+    compute_dgrad: bool, compute_wgrad: bool, input_columnwise: bool, weight_columnwise: bool
+) -> None:
+    """A gradient is computed only from the copy TE's GEMM reads; if the forward did not
+    make that copy, say which one and why, rather than read another."""
+    if compute_wgrad and not input_columnwise:
+        raise RuntimeError(
+            "quantized Linear backward: the weight gradient (wgrad GEMM) reads the input's column-wise copy, but the "
+            "forward did not make it (input_columnwise=False: it ran with gradients disabled or with a weight that "
+            "did not require grad); run the forward with input_columnwise=True"
+        )
+    if compute_dgrad and not weight_columnwise:
+        raise RuntimeError(
+            "quantized Linear backward: the input gradient (dgrad GEMM) reads the weight's column-wise copy, but the "
+            "forward did not make it (weight_columnwise=False: it ran with gradients disabled or with an input that "
+            "did not require grad); run the forward with weight_columnwise=True"
+        )
+
+
+def _grad_quantizer_for(grad_quantizer: Quantizer, compute_wgrad: bool, has_bias: bool) -> Quantizer:
+    """TE's backward: the output gradient is always quantized row-wise (dgrad's operand;
+    TE's kernels cannot make a column-wise copy alone) and column-wise for wgrad, or when
+    the layer has a bias (TE's fused quantize-and-dbias kernel has no row-wise-only form
+    before Blackwell, so TE keeps both there)."""
+    return with_usage(grad_quantizer, columnwise=compute_wgrad or has_bias)
+
+
 def _backward_impl(strategy: FakeImplStrategy):
     def backward(grad_output, input_buffers, weight_buffers, input_quantizer, weight_quantizer, grad_quantizer,
-                 input_shape, weight_shape, dtype, has_bias):
-        x_q = strategy.reassemble(strategy.fake_quantized(input_quantizer, input_shape, dtype, "meta"), input_buffers)
-        w_q = strategy.reassemble(strategy.fake_quantized(weight_quantizer, weight_shape, dtype, "meta"), weight_buffers)
-        g_q = grad_quantizer.quantize(grad_output.contiguous())
+                 input_shape, weight_shape, dtype, has_bias, compute_dgrad, compute_wgrad,
+                 input_columnwise, weight_columnwise):
+        _check_backward_layouts(compute_dgrad, compute_wgrad, input_columnwise, weight_columnwise)
+        g_q = _grad_quantizer_for(grad_quantizer, compute_wgrad, has_bias).quantize(grad_output.contiguous())
         # TE's operand layouts: dgrad reads the weight column-wise, wgrad both operands
         # column-wise (quantized along the tokens; where NVFP4's RHT applies).
-        dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False, out_dtype=dtype,
-                                 layout_a="rowwise", layout_b="columnwise").to(dtype)
-        wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False, out_dtype=dtype,
-                                 layout_a="columnwise", layout_b="columnwise").to(dtype)
+        dgrad = wgrad = None
+        if compute_dgrad:
+            w_quantizer = with_usage(weight_quantizer, columnwise=weight_columnwise)
+            w_q = strategy.reassemble(strategy.fake_quantized(w_quantizer, weight_shape, dtype, "meta"), weight_buffers)
+            dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False, out_dtype=dtype,
+                                     layout_a="rowwise", layout_b="columnwise").to(dtype)
+        if compute_wgrad:
+            x_quantizer = with_usage(input_quantizer, columnwise=True)
+            x_q = strategy.reassemble(strategy.fake_quantized(x_quantizer, input_shape, dtype, "meta"), input_buffers)
+            wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False, out_dtype=dtype,
+                                     layout_a="columnwise", layout_b="columnwise").to(dtype)
         dbias = grad_output.sum(0).to(dtype) if has_bias else None
         return dgrad, wgrad, dbias
 
@@ -212,15 +294,18 @@ def _backward_impl(strategy: FakeImplStrategy):
 
 
 def _backward_fake(grad_output, input_buffers, weight_buffers, input_quantizer, weight_quantizer, grad_quantizer,
-                   input_shape, weight_shape, dtype, has_bias):
-    dgrad = grad_output.new_empty(tuple(input_shape), dtype=dtype)
-    wgrad = grad_output.new_empty(tuple(weight_shape), dtype=dtype)
+                   input_shape, weight_shape, dtype, has_bias, compute_dgrad, compute_wgrad,
+                   input_columnwise, weight_columnwise):
+    _check_backward_layouts(compute_dgrad, compute_wgrad, input_columnwise, weight_columnwise)
+    dgrad = grad_output.new_empty(tuple(input_shape), dtype=dtype) if compute_dgrad else None
+    wgrad = grad_output.new_empty(tuple(weight_shape), dtype=dtype) if compute_wgrad else None
     dbias = grad_output.new_empty((weight_shape[0],), dtype=dtype) if has_bias else None
     return dgrad, wgrad, dbias
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer = inputs
+    (x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
+     input_columnwise, weight_columnwise) = inputs
     _, x_flat, w_flat = output
     # The cached weight came in as an input: save THAT, it was (rightly) not returned.
     w_saved = list(w_flat) if w_flat else list(weight_cache)
@@ -229,6 +314,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.n_input_buffers = len(x_flat)
     ctx.n_cache = len(weight_cache)
     ctx.quantizers = (input_quantizer, weight_quantizer, grad_quantizer)
+    ctx.columnwise = (input_columnwise, weight_columnwise)
     ctx.input_shape = tuple(x.shape)
     ctx.weight_shape = tuple(weight.shape)
     ctx.dtype = x.dtype
@@ -240,11 +326,15 @@ def _autograd_backward(backward_op):
         del grad_x_flat, grad_w_flat  # quantized buffers are not differentiable
         saved = ctx.saved_tensors
         n = ctx.n_input_buffers
+        # TE's _Linear.backward: dgrad only for an input that requires grad, wgrad only for
+        # a weight that does (None is the gradient autograd expects for the others).
+        compute_dgrad, compute_wgrad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dgrad, wgrad, dbias = backward_op(
             grad_output, list(saved[:n]), list(saved[n:]), *ctx.quantizers,
             list(ctx.input_shape), list(ctx.weight_shape), ctx.dtype, ctx.has_bias,
+            compute_dgrad, compute_wgrad, *ctx.columnwise,
         )
-        return dgrad, wgrad, dbias, [None] * ctx.n_cache, None, None, None
+        return dgrad, wgrad, dbias, [None] * ctx.n_cache, None, None, None, None, None
 
     return backward
 
@@ -262,7 +352,10 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
         f"{OP_NAMESPACE}::linear_fwd_{suffix}",
         _forward_impl(strategy),
         mutates_args=(),
-        schema=f"(Tensor x, Tensor weight, Tensor? bias, Tensor[] weight_cache, {quantizers}) -> (Tensor, Tensor[], Tensor[])",
+        schema=(
+            f"(Tensor x, Tensor weight, Tensor? bias, Tensor[] weight_cache, {quantizers}, "
+            "bool input_columnwise, bool weight_columnwise) -> (Tensor, Tensor[], Tensor[])"
+        ),
     )
     fwd.register_fake(_forward_fake(strategy))
     bwd = torch.library.custom_op(
@@ -271,7 +364,8 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
         mutates_args=(),
         schema=(
             f"(Tensor grad_output, Tensor[] input_buffers, Tensor[] weight_buffers, {quantizers}, "
-            "SymInt[] input_shape, SymInt[] weight_shape, ScalarType dtype, bool has_bias) -> (Tensor, Tensor, Tensor?)"
+            "SymInt[] input_shape, SymInt[] weight_shape, ScalarType dtype, bool has_bias, bool compute_dgrad, "
+            "bool compute_wgrad, bool input_columnwise, bool weight_columnwise) -> (Tensor?, Tensor?, Tensor?)"
         ),
     )
     bwd.register_fake(_backward_fake)

@@ -8,9 +8,9 @@ caller runs it; nothing here changes a result):
   MXFP8 (1-D blocks) and NVFP4 (1-D or 16 x 16 blocks, with the column-wise Hadamard
   transform and stochastic rounding). Not covered (the reference runs): FP8 delayed
   scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks. NVFP4's
-  stochastic rounding draws its uniform numbers exactly as the reference does
-  (``torch.rand`` of the same shape, generator and device, in the same order), so the
-  same RNG state gives the same bytes.
+  stochastic rounding draws one seed per layout exactly as the reference does (same
+  generator and device, in the same order) and makes the reference's Philox draws in the
+  kernel (:mod:`tetrt_support.quant.philox`), so the same RNG state gives the same bytes.
 - :func:`fast_matmul` (called by ``ops.quantized_matmul``): ``op(a) @ op(b)`` from the
   quantized copies the caller names (TE's choice: fprop row-wise x row-wise, dgrad
   row-wise x column-wise, wgrad column-wise x column-wise), on the GEMM the hardware has.
@@ -87,16 +87,17 @@ def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) 
         return None
     if q.row_scaled_nvfp4 or q.nvfp4_use_4over6:  # no kernel for these: the reference runs
         return None
+    from tetrt_support.quant import philox
     from tetrt_support.quant.kernels.nvfp4 import nvfp4_quantize
 
     block_rows = 16 if q.with_2d_quantization else 1
     if not (q.columnwise_usage and (q.with_rht or q.stochastic_rounding)):
         # both layouts from one read of x (the column-wise one is the recipe on x^T)
-        uniform = None
+        seed = None
         if q.stochastic_rounding:  # row-wise only here: the reference's one draw
-            uniform = torch.rand(x2d.shape, generator=options.get("generator"), device=x2d.device, dtype=torch.float32)
+            seed = philox.draw_seed(options.get("generator"), x2d.device)
         rd, rs, cd, cs, amax = nvfp4_quantize(x2d, None, block_rows, rowwise=q.rowwise_usage,
-                                              columnwise=q.columnwise_usage, uniform=uniform)
+                                              columnwise=q.columnwise_usage, seed=seed)
         out = _layouts(q, rd, rs, cd, cs)
         if q.rowwise_usage:
             out["_amax_rowwise"] = amax
@@ -104,18 +105,15 @@ def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) 
             out["_amax_columnwise"] = amax.clone() if q.rowwise_usage else amax
         return out
     # The reference's structure, layout by layout: the layout's matrix (x, or x^T rotated by
-    # the quantizer's own Hadamard code, run by torch on this device), its amax, its uniform
-    # draws (same shape, generator and order), then the row-wise kernel on that matrix.
+    # the quantizer's Hadamard transform), its amax, its seed (same generator and order),
+    # then the row-wise kernel on that matrix.
     out: dict[str, torch.Tensor | None] = {}
     for layout in ("rowwise", "columnwise"):
         if not getattr(q, f"{layout}_usage"):
             continue
         matrix = x2d if layout == "rowwise" else _nvfp4_columnwise_matrix(q, x2d)
-        uniform = None
-        if q.stochastic_rounding:
-            uniform = torch.rand(matrix.shape, generator=options.get("generator"), device=matrix.device,
-                                 dtype=torch.float32)
-        data, scale, _, _, amax = nvfp4_quantize(matrix, None, block_rows, uniform=uniform)
+        seed = philox.draw_seed(options.get("generator"), matrix.device) if q.stochastic_rounding else None
+        data, scale, _, _, amax = nvfp4_quantize(matrix, None, block_rows, seed=seed)
         out.update({f"_{layout}_data": data, f"_{layout}_scale_inv": q._store_scale_inv(scale, layout),
                     f"_amax_{layout}": amax})
     return out
@@ -124,19 +122,19 @@ def _nvfp4(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) 
 def _nvfp4_columnwise_matrix(q: Any, x2d: torch.Tensor) -> torch.Tensor:
     """``NVFP4Quantizer._layout_matrix(x2d, "columnwise")``: ``x^T``, rotated by the
     quantizer's Hadamard matrix when ``with_rht`` -- in one kernel that transposes and
-    rotates (:mod:`.hadamard`, the reference's float64 sums and roundings), with the matrix
-    kept on the device (the quantizer builds it from a Python list per call, a host-to-device
-    copy that a CUDA graph capture refuses)."""
+    rotates (:mod:`.hadamard`, the reference's float64 sums and roundings; the matrix is a
+    compile-time constant of the kernel, given by its sign mask). The quantizer's own path
+    builds the matrix from a Python list per call, a host-to-device copy that a CUDA graph
+    capture refuses; where the reference runs here, the matrix is kept on the device."""
     if not q.with_rht:
         return x2d.t().contiguous()
     from tetrt_support.quant import numerics
 
-    matrix = _device_hadamard(q.rht_sign_mask, x2d.device)
     if x2d.shape[0] % 16:  # the reference's own error, from its own code
-        return numerics.apply_hadamard(x2d.t().contiguous(), matrix)
+        return numerics.apply_hadamard(x2d.t().contiguous(), _device_hadamard(q.rht_sign_mask, x2d.device))
     from tetrt_support.quant.kernels.hadamard import rht_transpose
 
-    return rht_transpose(x2d, matrix)
+    return rht_transpose(x2d, q.rht_sign_mask)
 
 
 _HADAMARD: dict[tuple[int, str], torch.Tensor] = {}

@@ -64,10 +64,40 @@ def _e2m1_codes_stochastic(v, u):
              + (m >= 3.0).to(tl.int32) + (m >= 4.0).to(tl.int32) + (m >= 6.0).to(tl.int32))
     value_lower = tl.where(lower < 4, lower.to(tl.float32) * 0.5,
                            tl.where(lower == 4, 2.0, tl.where(lower == 5, 3.0, tl.where(lower == 6, 4.0, 6.0))))
-    gap = tl.where(lower < 4, 0.5, tl.where(lower < 6, 1.0, tl.where(lower == 6, 2.0, 0.0)))
-    fraction = tl.where(gap > 0.0, tl.math.div_rn(m - value_lower, tl.where(gap > 0.0, gap, 1.0)), 0.0)
+    # (m - lower value) / gap: the gap is a power of two, so times its reciprocal is the same
+    # exact quotient without a division per element (0 above 6, where there is no gap)
+    inverse_gap = tl.where(lower < 4, 2.0, tl.where(lower < 6, 1.0, tl.where(lower == 6, 0.5, 0.0)))
+    fraction = (m - value_lower) * inverse_gap
     index = tl.where(u < fraction, tl.minimum(lower + 1, 7), lower)
     return tl.where(v < 0.0, index | 8, index)
+
+
+@triton.jit
+def _philox_round(c0, c1, c2, c3, k0, k1):
+    lo0 = c0 * 0xD2511F53  # uint32 products wrap: the low words
+    lo1 = c2 * 0xCD9E8D57
+    return (tl.umulhi(c2, 0xCD9E8D57) ^ c1 ^ k0, lo1, tl.umulhi(c0, 0xD2511F53) ^ c3 ^ k1, lo0)
+
+
+@triton.jit
+def _philox_uniform(seed_ptr, offs_m, pid_k, K, BM: tl.constexpr, BK: tl.constexpr):
+    """(BM, BK) fp32 draws of :func:`tetrt_support.quant.philox.uniform` for this tile: element
+    i of the matrix takes word i % 4 of Philox4x32-10 at counter i // 4, keyed by the seed."""
+    seed = tl.load(seed_ptr)
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    quads = offs_m[:, None] * (K // 4) + (pid_k * (BK // 4) + tl.arange(0, BK // 4))[None, :]  # int64
+    c0 = (quads & 0xFFFFFFFF).to(tl.uint32)
+    c1 = (quads >> 32).to(tl.uint32)
+    c2 = tl.zeros_like(c0)
+    c3 = tl.zeros_like(c0)
+    for _ in tl.static_range(10):
+        c0, c1, c2, c3 = _philox_round(c0, c1, c2, c3, k0, k1)
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    # words in element order: join puts its pair on a new last axis
+    words = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), (BM, BK))
+    return (words >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2^-24: exact
 
 
 @triton.jit
@@ -103,7 +133,7 @@ def _quantize_rows(x, encode_global, decode_global, R: tl.constexpr, C: tl.const
 
 @triton.jit
 def _nvfp4_kernel(
-    x_ptr, amax_bits_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, uniform_ptr, M, K, stride_xm,
+    x_ptr, amax_bits_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, seed_ptr, M, K, stride_xm,
     ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, TWO_D: tl.constexpr, SOFTWARE: tl.constexpr, STOCHASTIC: tl.constexpr,
     BM: tl.constexpr, BK: tl.constexpr,
 ):
@@ -120,7 +150,7 @@ def _nvfp4_kernel(
     if ROWWISE:
         u = None
         if STOCHASTIC:
-            u = tl.load(uniform_ptr + offs_m[:, None] * K + offs_k[None, :], mask=mask, other=0.0)
+            u = _philox_uniform(seed_ptr, offs_m, pid_k, K, BM, BK)
         packed, scale = _quantize_rows(x, encode_global, decode_global, BM, BK, TWO_D, SOFTWARE, u, STOCHASTIC)
         pk = pid_k * (BK // 2) + tl.arange(0, BK // 2)
         tl.store(row_data_ptr + offs_m[:, None] * (K // 2) + pk[None, :], packed,
@@ -140,8 +170,11 @@ def _nvfp4_kernel(
 
 _NVFP4 = Launcher(
     _nvfp4_kernel,
-    tile_configs([(64, 64, 4), (32, 128, 4), (64, 128, 4), (128, 64, 4)]),
-    key=["M", "K", "ROWWISE", "COLUMNWISE", "TWO_D"], fixed={"BM": 64, "BK": 64},
+    # small tiles won on an H200 for both layouts (the in-register transpose) and for the
+    # stochastic path (Philox is compute); large ones for the plain row-wise layout
+    tile_configs([(64, 64, 4), (32, 128, 4), (64, 128, 4), (128, 64, 4), (32, 64, 4), (16, 64, 2), (32, 32, 2),
+                  (16, 128, 4)]),
+    key=["M", "K", "ROWWISE", "COLUMNWISE", "TWO_D", "STOCHASTIC"], fixed={"BM": 64, "BK": 64},
 )
 
 
@@ -152,17 +185,20 @@ def nvfp4_quantize(
     *,
     rowwise: bool = True,
     columnwise: bool = False,
-    uniform: torch.Tensor | None = None,
+    seed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
     """``(row_data, row_scale, col_data, col_scale, amax (1,))``.
 
     Row-wise: ``numerics.nvfp4_quantize(x2d, amax, block_rows)``; column-wise: the same of
     ``x2d.t()``; ``amax`` is ``numerics.amax(x2d)`` unless ``global_amax`` is given.
-    ``uniform`` (fp32, the shape of ``x2d``; row-wise only) switches to stochastic rounding
-    with those draws, as the reference's ``uniform`` argument does.
+    ``seed`` (an int64 (1,) tensor on ``x2d``'s device; row-wise only) switches to
+    stochastic rounding with the draws ``philox.uniform(seed, x2d.shape)``, made in the
+    kernel, as the reference's ``uniform`` argument takes them.
     """
-    if uniform is not None and (columnwise or uniform.shape != x2d.shape or not uniform.is_contiguous()):
-        raise ValueError("nvfp4_quantize: uniform draws are taken for the row-wise layout only, contiguous, x2d's shape")
+    if seed is not None and (columnwise or seed.dtype != torch.int64 or seed.numel() != 1 or seed.device != x2d.device):
+        raise ValueError("nvfp4_quantize: a seed (one int64 on x2d's device) is taken for the row-wise layout only")
+    if seed is not None and x2d.shape[1] % 4:
+        raise ValueError(f"nvfp4_quantize: stochastic rounding needs rows of a multiple of 4, got {x2d.shape[1]}")
     if x2d.dim() != 2 or x2d.stride(1) != 1:
         raise ValueError(f"nvfp4_quantize: expected a 2-D row-major tensor, got strides {x2d.stride()}")
     if block_rows not in (1, 16):
@@ -188,9 +224,9 @@ def nvfp4_quantize(
             lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(k, meta["BK"])),
             x2d, amax_bits, row_data if rowwise else d8, fp8_out(row_scale) if rowwise else fp8_out(s8),
             col_data if columnwise else d8, fp8_out(col_scale) if columnwise else fp8_out(s8),
-            uniform if uniform is not None else amax_bits, m, k, x2d.stride(0),
+            seed if seed is not None else amax_bits, m, k, x2d.stride(0),
             ROWWISE=rowwise, COLUMNWISE=columnwise, TWO_D=block_rows == 16, SOFTWARE=software_casts(),
-            STOCHASTIC=uniform is not None,
+            STOCHASTIC=seed is not None,
         )
     return row_data, row_scale, col_data, col_scale, amax_bits.view(torch.float32)
 
