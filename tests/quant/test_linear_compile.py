@@ -104,11 +104,18 @@ def test_cached_weight_is_reused_without_recompiles(fake_impl: str, recipe: str)
     assert sum(counters["graph_break"].values()) == 0
 
 
-def test_cached_weight_needed_before_reuse() -> None:
+def test_reuse_without_a_cache_is_a_miss_that_caches() -> None:
+    """TE's ``quantize_weight``: no workspace yet -> quantize the weight and keep it."""
     from tetrt_support.quant.linear import Linear
 
-    with pytest.raises(RuntimeError, match="is_first_microbatch=False needs a cached weight"):
-        Linear(64, 32)(torch.randn(4, 64), is_first_microbatch=False)
+    layer = Linear(64, 32)
+    x = torch.randn(4, 64)
+    first = layer(x, is_first_microbatch=False)
+    assert layer._weight_cache is not None
+    torch.testing.assert_close(first, layer(x), rtol=0, atol=0)  # the same bytes as quantizing afresh
+    with torch.no_grad():
+        layer.weight.add_(1.0)
+    torch.testing.assert_close(layer(x, is_first_microbatch=False), first, rtol=0, atol=0)  # the cache serves
 
 
 @pytest.mark.parametrize("fake_impl", FAKE_IMPLS)

@@ -24,10 +24,10 @@ Weight caching follows TransformerEngine's ``is_first_microbatch``: ``True`` qua
 the weight and keeps the quantized copy, ``False`` reuses it (the op then gets the
 cached buffers as inputs and, by the aliasing rule, does not return them), ``None``
 (default) quantizes every call. The cache holds the layouts of the call that made it; a
-cache with more than a later call needs is reused; one lacking the column-wise copy a
-later call needs (cached without gradients, then used in training) is a cache miss, as
-TE's ``quantize_weight`` treats a workspace without the needed usage: the weight is
-quantized afresh, in both layouts, and that copy becomes the cache.
+cache with more than a later call needs is reused. No cache yet, or one lacking the
+column-wise copy a later call needs (cached without gradients, then used in training),
+is a cache miss, as TE's ``quantize_weight`` treats a missing workspace or one without
+the needed usage: the weight is quantized afresh and that copy becomes the cache.
 """
 
 from __future__ import annotations
@@ -105,10 +105,8 @@ class Linear(torch.nn.Module):
         weight_columnwise = grad_enabled and x.requires_grad
         cache: list[torch.Tensor] = []
         if is_first_microbatch is False:
-            if self._weight_cache is None:
-                raise RuntimeError("Linear: is_first_microbatch=False needs a cached weight; call once with True first")
-            if weight_columnwise and not self._weight_cache_columnwise:
-                is_first_microbatch = True  # TE: a workspace without the needed usage is a miss; re-quantize, re-cache
+            if self._weight_cache is None or (weight_columnwise and not self._weight_cache_columnwise):
+                is_first_microbatch = True  # TE: no workspace, or one without the needed usage, is a miss
             else:
                 weight_columnwise = self._weight_cache_columnwise  # the layouts the cache holds
                 cache = self._strategy.flat_buffers(self._weight_cache, like=self._weight_templates[weight_columnwise])
