@@ -201,7 +201,7 @@ display(training.host_breakdown_table(steps))
 # %% [markdown]
 # **Reading.** At the large size, fp8_current is 1.59x bf16 (1.62x with CUDA graphs) and
 # ahead of torchao; fp8_block, on the native blockwise GEMM, is 1.18x (1.24x); MXFP8 and
-# NVFP4, emulated, are 0.91x and 0.76x. NVFP4's profile says why it now clears 0.75: its
+# NVFP4, emulated, are 0.91x and 0.76x. NVFP4's profile says why it clears 0.75: its
 # column-wise Hadamard transform is two calls of 0.13 ms (a fast Walsh-Hadamard transform
 # with the reference's float64 sums), and stochastic rounding makes its Philox draws in the
 # quantization kernel, so no uniform tensor is written and read back; of its 11.6 ms of
@@ -211,8 +211,8 @@ display(training.host_breakdown_table(steps))
 # says where that goes: each custom op costs 0.5-0.8 ms of host time when called directly,
 # of which one quantize is 0.15 ms, and most of the rest is torch.library's dispatch around
 # a Python implementation; torchao's float8 is traced into inductor's own kernels instead,
-# and bf16 issues three GEMMs. The host was slower in this run than in earlier ones (the
-# compiled bf16 step alone took 1.03 ms of host time). CUDA graphs remove the host from
+# and bf16 issues three GEMMs (its compiled step alone takes 1.03 ms of host time in this
+# run). CUDA graphs remove the host from
 # the step: there fp8_current is ahead of torchao at both sizes, but at 1.30x still under
 # 1.35x at the small size, where the three FP8 GEMMs alone take 0.60 ms.
 

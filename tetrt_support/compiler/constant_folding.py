@@ -92,8 +92,8 @@ def fold_constants(gm: fx.GraphModule) -> fx.GraphModule:
             key = _view_key(value)
             if key not in names:
                 names[key] = f"{FOLDED_PREFIX}{len(names)}"
-                folded.register_buffer(names[key], value.contiguous().clone() if value._base is not None
-                                       or not value.is_contiguous() else value)
+                is_view = value._base is not None or not value.is_contiguous()
+                folded.register_buffer(names[key], value.clone(memory_format=torch.contiguous_format) if is_view else value)
             with folded.graph.inserting_before(node):
                 attr = folded.graph.get_attr(names[key])
             attr.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tetrt_support.quant import philox
 from tetrt_support.quant.kernels._common import (
     FP32_MAX,
     Launcher,
@@ -72,11 +73,19 @@ def _e2m1_codes_stochastic(v, u):
     return tl.where(v < 0.0, index | 8, index)
 
 
+# Philox4x32-10's constants, as the reference (quant/philox.py) defines them
+PHILOX_M0 = tl.constexpr(philox.MULTIPLIERS[0])
+PHILOX_M1 = tl.constexpr(philox.MULTIPLIERS[1])
+PHILOX_W0 = tl.constexpr(philox.KEY_BUMPS[0])
+PHILOX_W1 = tl.constexpr(philox.KEY_BUMPS[1])
+PHILOX_ROUNDS = tl.constexpr(philox.ROUNDS)
+
+
 @triton.jit
 def _philox_round(c0, c1, c2, c3, k0, k1):
-    lo0 = c0 * 0xD2511F53  # uint32 products wrap: the low words
-    lo1 = c2 * 0xCD9E8D57
-    return (tl.umulhi(c2, 0xCD9E8D57) ^ c1 ^ k0, lo1, tl.umulhi(c0, 0xD2511F53) ^ c3 ^ k1, lo0)
+    lo0 = c0 * PHILOX_M0  # uint32 products wrap: the low words
+    lo1 = c2 * PHILOX_M1
+    return (tl.umulhi(c2, PHILOX_M1) ^ c1 ^ k0, lo1, tl.umulhi(c0, PHILOX_M0) ^ c3 ^ k1, lo0)
 
 
 @triton.jit
@@ -91,10 +100,10 @@ def _philox_uniform(seed_ptr, offs_m, pid_k, K, BM: tl.constexpr, BK: tl.constex
     c1 = (quads >> 32).to(tl.uint32)
     c2 = tl.zeros_like(c0)
     c3 = tl.zeros_like(c0)
-    for _ in tl.static_range(10):
+    for _ in tl.static_range(PHILOX_ROUNDS):
         c0, c1, c2, c3 = _philox_round(c0, c1, c2, c3, k0, k1)
-        k0 = k0 + 0x9E3779B9
-        k1 = k1 + 0xBB67AE85
+        k0 = k0 + PHILOX_W0
+        k1 = k1 + PHILOX_W1
     # words in element order: join puts its pair on a new last axis
     words = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), (BM, BK))
     return (words >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2^-24: exact
