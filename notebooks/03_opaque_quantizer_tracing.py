@@ -76,6 +76,12 @@ Table([(name, 5, frames, graphs_seen, same) for name, frames, graphs_seen, same 
 # then calls `_rebuild_derived_state()`: NVFP4's 16×16 Hadamard matrix is rebuilt from its
 # integer sign mask and is never part of the key. The expression is self-contained: it
 # evaluates with only the globals it returns (a dtype travels as its name).
+#
+# Inductor's wrapper evaluates that expression on *every* call of the compiled graph, so
+# the rebuild builds each value once and hands back the same object from then on, frozen
+# (`Quantizer.freeze`: setting any attribute raises): a shared constant nothing can change.
+# The user's own quantizer stays mutable; `quantize` copies a mutable quantizer into the
+# tensor it makes, and shares a frozen one.
 
 # %%
 nvfp4 = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)  # the transform takes bf16 input, as TE's kernels
@@ -93,6 +99,8 @@ print("Hadamard matrix rebuilt from the mask, not shared:", torch.equal(rebuilt.
       rebuilt.rht_matrix is not nvfp4.rht_matrix)
 print("bit-exact quantization:", all(torch.equal(v.view(torch.uint8), getattr(b, k).view(torch.uint8))
                                      for k, v in a.inner_buffers().items()))
+print("evaluated again -> the same object:", eval(expr, dict(fx_globals)) is rebuilt, "| frozen:", rebuilt.is_frozen,
+      "| the original frozen:", nvfp4.is_frozen)
 
 # %% [markdown]
 # ## 3. What `hoist=True` changes
@@ -161,11 +169,14 @@ print("via the class:", torch.compile(blocks_via_class, backend="eager", fullgra
 # %% [markdown]
 # ### 4b. Mutating the quantizer inside the compiled region
 #
-# The object passed in is the guarded object. A `set_usage(...)` inside the region is
-# replayed on the caller's quantizer, and the guard is built against the *mutated* value —
-# so the next fresh quantizer never matches and every call recompiles:
+# The object passed in is the guarded object, and Dynamo records a `set_usage(...)` inside
+# the region twice: on the caller's quantizer, and as a `setattr` written into the graph,
+# applied to the graph's own rebuilt constant. That constant is shared and frozen
+# (section 2), so the compiled region refuses, naming the quantizer and the field. With a
+# fresh constant per call this used to run and recompile on every call instead: the guard
+# is built against the *mutated* value, which the next fresh quantizer never matches.
 
-# %%
+# %% tags=["raises-exception"]
 mxfp8_qdq = qdq_op(MXFP8Quantizer)
 
 def step_mutating(x, quantizer):
@@ -173,17 +184,12 @@ def step_mutating(x, quantizer):
     return mxfp8_qdq(x, quantizer)
 
 torch._dynamo.reset()
-counter = CompileCounter()
-compiled = torch.compile(step_mutating, backend=counter, fullgraph=True)
-callers = [MXFP8Quantizer() for _ in range(3)]
-for q in callers:
-    compiled(torch.randn(32, 64), q)
-print("compiles for 3 calls:", counter.frame_count)
-print("caller's quantizers, columnwise_usage after the calls (True before):", [q.columnwise_usage for q in callers])
+compiled = torch.compile(step_mutating, backend=CompileCounter(), fullgraph=True)
+caller = MXFP8Quantizer()
+compiled(torch.randn(32, 64), caller)
 
-# %% tags=["raises-exception"]
-for _ in range(8):  # Dynamo's recompile limit is 8; fullgraph=True turns the fallback into an error
-    compiled(torch.randn(32, 64), MXFP8Quantizer())
+# %%
+print("caller's quantizer, columnwise_usage after the failed call (True before):", caller.columnwise_usage)
 
 # %% [markdown]
 # **Fix:** never mutate the argument: derive the variant outside the region
@@ -295,10 +301,10 @@ print("RHT on the column-wise operand lowers its max |error|:", rht["max_abs"] <
 #   words inside the kernel, but TE's counters and offsets are its own).
 # - The staticmethod-through-instance guard crash (pytorch/pytorch#182741) still
 #   reproduces on torch 2.14.1; the workaround is a convention, kept by a test.
-# - Mutation inside the region is not reported by Dynamo as such — it shows up only as
-#   recompiles; a value quantizer could be made immutable (frozen `__setattr__`): the Linear
-#   does not change its quantizers' usages (it passes them to its op as bools, and the op
-#   quantizes with copies), so only `set_usage` itself would have to go.
+# - Mutation inside the region is not reported by Dynamo itself: here the frozen constant
+#   refuses it (section 4b), but only after the caller's quantizer was already changed.
+#   The user's own quantizers stay mutable (a model sets their usages); making every value
+#   quantizer frozen from construction would change that API, so it was left as it is.
 # - `hoist=True` was shown on flat graphs only; its benefit (sharing one graph body across
 #   hierarchical compilation) was not measured here.
 # - Version skew, measured once outside this notebook on the H200 box (torch 2.11, CUDA):

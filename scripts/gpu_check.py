@@ -284,11 +284,31 @@ def check_gemms(report: dict[str, Any]) -> None:
         "dgrad dy @ w": (gr, gs, wcd, wcs, True, deq(gr, gs, 1) @ deq(wcd, wcs, 128).t()),
         "wgrad dy.T @ x": (gcd, gcs, xcd, xcs, False, deq(gcd, gcs, 1) @ deq(xcd, xcs, 1).t()),
     }
+    # The same operands with the scales the quantizers store (TE's GEMM-ready buffers, read
+    # by the GEMM as views, no re-layout copy): the product must be bit-identical.
+    from tetrt_support.quant.kernels.dispatch import _gemm_ready_block_scales
+    from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
+
+    def stored(t: torch.Tensor, dim: int) -> Any:
+        return Float8BlockQuantizer(block_scaling_dim=dim, columnwise_usage=True).quantize(t)
+
+    qx, qw, qg = stored(x, 1), stored(w, 2), stored(dy, 1)
+    ready = {
+        "forward x @ w.T": (_gemm_ready_block_scales(qx, "rowwise"), _gemm_ready_block_scales(qw, "rowwise")),
+        "dgrad dy @ w": (_gemm_ready_block_scales(qg, "rowwise"), _gemm_ready_block_scales(qw, "columnwise")),
+        "wgrad dy.T @ x": (_gemm_ready_block_scales(qg, "columnwise"), _gemm_ready_block_scales(qx, "columnwise")),
+    }
+    stored_ptrs = {getattr(q, f"_{layout}_scale_inv").untyped_storage().data_ptr()
+                   for q in (qx, qw, qg) for layout in ("rowwise", "columnwise")}
     out: dict[str, Any] = {}
     for name, (a, sa, b, sb, two_d, ref) in gemms.items():
         try:
             y = G.blockwise_fp8_mm(a, sa, b, sb, b_two_d=two_d)
-            out[name] = {"relative_error_vs_fp64_of_dequantized": rel_err(y, ref)}
+            y_ready = G.blockwise_fp8_mm(a, *ready[name][:1], b, ready[name][1], b_two_d=two_d)
+            out[name] = {"relative_error_vs_fp64_of_dequantized": rel_err(y, ref),
+                         "gemm_ready_scale_views_bit_identical": bytes_equal(y, y_ready),
+                         "gemm_ready_scales_are_views_of_the_stored_buffers": [
+                             s.untyped_storage().data_ptr() in stored_ptrs for s in ready[name]]}
         except Exception as e:  # noqa: BLE001
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
     report["fp8_blockwise_gemm"] = out
@@ -421,7 +441,10 @@ def main() -> int:
         print("gpu_check: no CUDA device", file=sys.stderr)
         return 2
     skip = set(filter(None, args.skip.split(",")))
-    report: dict[str, Any] = {"benchmark": "gpu_check", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
+    from benchmarks.record import machine
+
+    report: dict[str, Any] = {"benchmark": "gpu_check", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+                              "machine": machine("cuda")}
     started = time.perf_counter()
     kernel_rows: list[dict[str, Any]] = []
     def fixed_tiles() -> None:  # the broad matrix on each kernel's default tile sizes (no autotuning)

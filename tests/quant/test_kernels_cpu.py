@@ -113,6 +113,7 @@ CHILD = textwrap.dedent(
     # Linear makes (both in training, row-wise only without gradients), from the same RNG
     # state (NVFP4's stochastic rounding draws uniforms).
     import os
+    from tetrt_support import quant
     from tetrt_support.quant import recipes
     from tetrt_support.quant.linear import Linear
 
@@ -134,6 +135,18 @@ CHILD = textwrap.dedent(
                 usage = "" if columnwise else " row-wise only"
                 out[f"dispatch quantize {name}/{role}{usage}"] = [same(getattr(got["1"], n), getattr(got["0"], n))
                                                                  for n in names]
+    # FP8 blockwise writes TE's GEMM-ready scale buffers directly: a row count that is not a
+    # multiple of 4 makes the transposed 1 x 128 buffer padded (zeros, as the reference's).
+    xb = xq.repeat(2, 2)[:130, :384].contiguous()
+    for dim in (1, 2):
+        quantizer = quant.Float8BlockQuantizer(block_scaling_dim=dim, columnwise_usage=True)
+        got = {}
+        for flag in ("1", "0"):
+            os.environ["TETRT_QUANT_KERNELS"] = flag
+            got[flag] = quantizer.quantize(xb)
+        names, _ = got["0"].__tensor_flatten__()
+        out[f"dispatch quantize padded blockwise {dim}D"] = [same(getattr(got["1"], n), getattr(got["0"], n))
+                                                             for n in names]
     # A Linear step through the fast GEMMs: per-tensor FP8 gives the reference's bits; the
     # block formats differ only by the GEMM's rounding (bf16 operands, fp32 accumulation).
     for name in recipes.RECIPES:

@@ -240,3 +240,73 @@ def test_no_staticmethod_is_called_through_an_instance() -> None:
         if isinstance(member, staticmethod) and klass is not object
     ]
     assert quantizer_statics == []  # quantizers define no staticmethods at all
+
+
+# ------------------------------------------------------------------ frozen rebuilds
+@pytest.mark.parametrize("q", VALUE_CASES, ids=repr)
+def test_fx_code_rebuilds_one_frozen_quantizer_per_value(q: Quantizer) -> None:
+    # Inductor's wrapper evaluates the expression on every call: it must not build anew.
+    first, again = _rebuild(q), _rebuild(q.copy())
+    assert first is again and first.is_frozen and first == q and hash(first) == hash(q)
+    assert not q.is_frozen  # the caller's quantizer is left mutable
+
+
+def test_a_frozen_quantizer_refuses_every_change_and_copies_mutable() -> None:
+    frozen = _rebuild(Float8CurrentScalingQuantizer(columnwise_usage=True))
+    with pytest.raises(AttributeError, match=r"Float8CurrentScalingQuantizer is frozen .*'columnwise_usage'"):
+        frozen.set_usage(columnwise=False)
+    with pytest.raises(AttributeError, match=r"cannot set 'amax_epsilon'"):
+        frozen.amax_epsilon = 1.0
+    assert frozen.columnwise_usage and frozen.amax_epsilon == 0.0  # unchanged
+    mutable = frozen.copy()
+    assert not mutable.is_frozen and mutable == frozen
+    mutable.set_usage(columnwise=False)
+    assert mutable != frozen and frozen.columnwise_usage
+
+
+def test_a_tensor_shares_a_frozen_quantizer_and_copies_a_mutable_one() -> None:
+    x = torch.randn(32, 64)
+    q = Float8CurrentScalingQuantizer()
+    assert q.quantize(x)._quantizer is not q  # a later set_usage on q must not reach the tensor
+    frozen = _rebuild(q)
+    assert frozen.quantize(x)._quantizer is frozen
+    assert frozen.make_empty((32, 64))._quantizer is frozen
+
+
+def test_identity_quantizers_cannot_be_frozen() -> None:
+    with pytest.raises(TypeError, match="Float8Quantizer has identity semantics"):
+        Float8Quantizer().freeze()
+
+
+def test_a_rebuild_first_evaluated_in_a_fake_trace_holds_real_tensors() -> None:
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    q = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=0x0F0F)
+    with FakeTensorMode():
+        rebuilt = _rebuild(q)
+    assert not isinstance(rebuilt.rht_matrix, FakeTensor) and torch.equal(rebuilt.rht_matrix, q.rht_matrix)
+
+
+def test_usage_variants_are_frozen_and_the_original_is_untouched() -> None:
+    from tetrt_support.quant.ops import with_usage
+
+    q = MXFP8Quantizer(columnwise_usage=True)
+    rowwise = with_usage(q, columnwise=False)
+    assert rowwise.is_frozen and rowwise is with_usage(q.copy(), columnwise=False)
+    assert (rowwise.rowwise_usage, rowwise.columnwise_usage) == (True, False) and q.columnwise_usage
+
+
+def test_a_compiled_region_that_mutates_its_quantizer_fails_loudly_and_the_shared_constant_keeps_its_value() -> None:
+    # Dynamo writes the mutation into the graph as a setattr on the graph's rebuilt constant;
+    # that constant is shared between calls, so it must refuse rather than change.
+    def step(x: torch.Tensor, q: MXFP8Quantizer) -> torch.Tensor:
+        q.set_usage(columnwise=False)
+        return x * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    with pytest.raises(AttributeError, match=r"MXFP8Quantizer is frozen .*cannot set 'columnwise_usage'"):
+        compiled(torch.randn(4), MXFP8Quantizer())
+    shared = _rebuild(MXFP8Quantizer())
+    assert shared.columnwise_usage and shared == MXFP8Quantizer()
+    torch._dynamo.reset()

@@ -58,6 +58,8 @@ import torch.utils._pytree as pytree
 from tetrt_support.quant import numerics
 
 SUPPORTED_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# A frozen quantizer's cached value key (see Quantizer.freeze); its presence marks it frozen.
+_FROZEN_KEY = "_frozen_value_key"
 BufferSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
@@ -171,7 +173,8 @@ class Quantizer(metaclass=_opaque_metaclass()):
             raise ValueError(f"{type(self).__name__}: at least one of rowwise_usage/columnwise_usage must be True")
 
     def set_usage(self, *, rowwise: bool | None = None, columnwise: bool | None = None) -> None:
-        """Change which layouts ``quantize`` produces. Mutates: copy first if this quantizer is shared."""
+        """Change which layouts ``quantize`` produces. Mutates: copy first if this quantizer is
+        shared (a frozen one refuses, see :meth:`freeze`)."""
         if rowwise is not None:
             self.rowwise_usage = bool(rowwise)
         if columnwise is not None:
@@ -197,7 +200,7 @@ class Quantizer(metaclass=_opaque_metaclass()):
         buffers = fast_buffers(self, x.detach(), options)
         if buffers is None:
             buffers = self._quantize_tensor(x.detach(), **options)
-        return self.tensor_class(shape=x.shape, dtype=x.dtype, quantizer=self.copy(), **buffers)
+        return self.tensor_class(shape=x.shape, dtype=x.dtype, quantizer=self._for_tensor(), **buffers)
 
     def _quantize_tensor(self, x: torch.Tensor, **options: Any) -> dict[str, torch.Tensor | None]:
         """The buffers of ``x`` (any shape); by default those of its (M, K) view."""
@@ -233,12 +236,50 @@ class Quantizer(metaclass=_opaque_metaclass()):
             name: torch.empty(buf_shape, dtype=buf_dtype, device=device)
             for name, (buf_shape, buf_dtype) in self.describe_buffers(shape, device=device).items()
         }
-        return self.tensor_class(shape=torch.Size(shape), dtype=dtype, quantizer=self.copy(), **buffers)
+        return self.tensor_class(shape=torch.Size(shape), dtype=dtype, quantizer=self._for_tensor(), **buffers)
+
+    def _for_tensor(self) -> Quantizer:
+        """The quantizer a new tensor keeps: this one if frozen, else a copy (so that a
+        later ``set_usage`` on this one cannot change the tensor's)."""
+        return self if _FROZEN_KEY in self.__dict__ else self.copy()
 
     # ------------------------------------------------------------------ copy
     def copy(self) -> Quantizer:
-        """A new quantizer with equal value; derived state is rebuilt, never shared."""
-        return construct_quantizer(type(self), ((k, v) for k, v in vars(self).items() if not k.startswith("_derived_")))
+        """A new, mutable quantizer with equal value; derived state is rebuilt, never shared."""
+        return construct_quantizer(
+            type(self), ((k, v) for k, v in vars(self).items() if not k.startswith("_derived_") and k != _FROZEN_KEY)
+        )
+
+    # ---------------------------------------------------------------- freeze
+    def freeze(self) -> Quantizer:
+        """Make this value quantizer immutable, in place, and return it.
+
+        Why: a compiled graph rebuilds its quantizer constants on every call
+        (:func:`tetrt_support.quant.dynamo.rebuild_quantizer`). A frozen quantizer can be
+        built once and shared instead -- by those calls, by :func:`~tetrt_support.quant.ops.with_usage`
+        and by the tensors it quantizes (``quantize`` copies a mutable quantizer, and shares
+        a frozen one) -- because nothing can change it afterwards: setting any attribute
+        raises. Its value key is computed once, so ``==`` and ``hash`` are O(1). Identity
+        quantizers (live state) cannot be frozen."""
+        if self._value_fields() is None:
+            raise TypeError(f"{type(self).__name__} has identity semantics (live state); only value quantizers can be frozen")
+        if not self.is_frozen:
+            object.__setattr__(self, _FROZEN_KEY, self._value_key())
+        return self
+
+    @property
+    def is_frozen(self) -> bool:
+        return _FROZEN_KEY in self.__dict__
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if _FROZEN_KEY in self.__dict__:
+            raise AttributeError(
+                f"{type(self).__name__} is frozen (a shared constant: rebuilt by compiled code, or a usage variant): "
+                f"cannot set {name!r}. Change a mutable .copy() instead; a torch.compile'd region must not mutate a "
+                "quantizer argument (its graph applies the change to this constant): derive the variant outside the "
+                "region (q.copy(), then set_usage) or construct it there from constants"
+            )
+        object.__setattr__(self, name, value)
 
     def _rebuild_derived_state(self) -> None:
         """Recompute state derived from the value fields (hook; nothing by default).
@@ -259,6 +300,9 @@ class Quantizer(metaclass=_opaque_metaclass()):
         the key, so a quantizer holding one would compare equal to one without it and let
         torch.compile reuse a graph that skips the amax reduction. Pass the group per call.
         """
+        frozen = self.__dict__.get(_FROZEN_KEY)
+        if frozen is not None:
+            return frozen
         cls = type(self)
         fields = self._value_fields()
         if fields is None:

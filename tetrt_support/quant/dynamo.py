@@ -57,17 +57,38 @@ def _literal(value: Any, *, field: str) -> str:
     )
 
 
+_REBUILT: dict[tuple[type, tuple[tuple[str, Any], ...]], Quantizer] = {}
+
+
 def rebuild_quantizer(cls: type[Quantizer], items: Sequence[tuple[str, Any]]) -> Quantizer:
-    """Rebuild a value quantizer from its class and value fields, bypassing ``__init__``.
+    """The frozen value quantizer of this class and these value fields, built once.
 
     Called by the expressions :func:`quantizer_fx_repr` writes into FX code; the class
     comes in as an argument (captured in the FX globals), so there is no name registry.
     Fields declared ``torch.dtype`` travel as their names and are turned back here.
+
+    Inductor's wrapper evaluates those expressions on EVERY call of a compiled graph, so
+    each (class, fields) is built once, frozen (:meth:`Quantizer.freeze`: immutable, so
+    sharing it cannot leak a change into a later call) and returned from then on:
+    rebuilding cost host time per call (NVFP4's derived Hadamard matrix alone about
+    0.1 ms on a CPU). Built outside any fake mode, so that derived tensors are real even
+    when a trace evaluates the expression first.
     """
-    dtype_fields = cls.__dict__.get("_value_dtype_fields", ())
-    return construct_quantizer(
-        cls, ((name, getattr(torch, value) if name in dtype_fields and isinstance(value, str) else value) for name, value in items)
-    )
+    items = tuple((name, value) for name, value in items)
+    key = (cls, items)
+    rebuilt = _REBUILT.get(key)
+    if rebuilt is None:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        dtype_fields = cls.__dict__.get("_value_dtype_fields", ())
+        with unset_fake_temporarily():
+            rebuilt = construct_quantizer(
+                cls,
+                ((name, getattr(torch, value) if name in dtype_fields and isinstance(value, str) else value)
+                 for name, value in items),
+            ).freeze()
+        _REBUILT[key] = rebuilt
+    return rebuilt
 
 
 def quantizer_fx_repr(self: Quantizer) -> tuple[str, dict[str, Any]]:

@@ -67,9 +67,11 @@ def with_usage(quantizer: Quantizer, *, rowwise: bool = True, columnwise: bool) 
     that does (``quantizer`` itself is never changed: it may be a compiled graph's guarded
     constant, or shared).
 
-    Copies are kept per (value, usage): rebuilding derived state on every call would cost
-    (NVFP4's Hadamard matrix: about 0.2 ms of host time per copy). They are built outside
-    any fake mode, so a copy first made inside a fake impl holds real tensors."""
+    Copies of value quantizers are kept per (value, usage), frozen (shared, so nothing may
+    change them; ``quantize`` then shares rather than copies them too): rebuilding derived
+    state on every call would cost (NVFP4's Hadamard matrix: about 0.2 ms of host time per
+    copy). They are built outside any fake mode, so a copy first made inside a fake impl
+    holds real tensors. An identity quantizer (live state) is copied afresh each time."""
     if quantizer.rowwise_usage == rowwise and quantizer.columnwise_usage == columnwise:
         return quantizer
     key = (quantizer._value_key(), rowwise, columnwise) if quantizer._value_fields() is not None else None
@@ -80,8 +82,8 @@ def with_usage(quantizer: Quantizer, *, rowwise: bool = True, columnwise: bool) 
         with unset_fake_temporarily():
             variant = quantizer.copy()
         variant.set_usage(rowwise=rowwise, columnwise=columnwise)
-        if key is not None:  # an identity quantizer (live state) is copied afresh each time
-            _USAGE_VARIANTS[key] = variant
+        if key is not None:
+            _USAGE_VARIANTS[key] = variant.freeze()
     return variant
 
 

@@ -68,9 +68,14 @@ def _blockwise(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, An
 
     rd, rs, cd, cs = blockwise_quantize(
         x2d, q.fp8_dtype, q.block_scaling_dim, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,
-        rowwise=q.rowwise_usage, columnwise=q.columnwise_usage,
-    )
-    return _layouts(q, rd, rs, cd, cs)
+        rowwise=q.rowwise_usage, columnwise=q.columnwise_usage, gemm_ready_scales=True,
+    )  # scales already in the quantizer's stored (TE's GEMM-ready) layout: no _layouts re-store
+    out: dict[str, torch.Tensor | None] = {}
+    if q.rowwise_usage:
+        out.update(_rowwise_data=rd, _rowwise_scale_inv=rs)
+    if q.columnwise_usage:
+        out.update(_columnwise_data=cd, _columnwise_scale_inv=cs)
+    return out
 
 
 def _mxfp8(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
@@ -204,11 +209,30 @@ def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
             if data is not None:
                 return (data, t._scale_inv, None, name) if data.dim() == 2 else None
         return None
+    blockwise = type(t).__name__ == "Float8BlockwiseTensor"  # its GEMM reads the stored scales (_blockwise_mm)
     for name in ([layout] if layout else ["rowwise", "columnwise"]):
         data = getattr(t, f"_{name}_data", None)
         if data is not None:
-            return data, t._quantizer.compact_scale_inv(t, name), getattr(t, f"_amax_{name}", None), name
+            scale = None if blockwise else t._quantizer.compact_scale_inv(t, name)
+            return data, scale, getattr(t, f"_amax_{name}", None), name
     return None
+
+
+def _gemm_ready_block_scales(t: Any, layout: str) -> torch.Tensor:
+    """The scales of ``t``'s ``layout`` as cuBLASLt's blockwise GEMM reads them, as views of
+    the stored (TE's GEMM-ready) buffer where its layout already is that: 1 x 128 scales as
+    an (rows, K/128) view with strides (1, rows) (the stored transposed buffer, when rows
+    needs no padding); 128 x 128 scales as the stored (rows/128, K/128 padded to 4) buffer,
+    which :func:`~.gemm.blockwise_fp8_mm` reads transposed. Otherwise a re-laid copy."""
+    from tetrt_support.quant.kernels.gemm import outer_major_scales
+
+    stored = getattr(t, f"_{layout}_scale_inv")
+    rows = getattr(t, f"_{layout}_data").shape[0]
+    if t._quantizer.block_scaling_dim == 2:
+        return stored if stored.is_contiguous() else t._quantizer.compact_scale_inv(t, layout)
+    if stored.shape[1] == rows and stored.is_contiguous():
+        return stored.t()
+    return outer_major_scales(t._quantizer.compact_scale_inv(t, layout))
 
 
 def _matrix(parts: tuple[Any, ...], transposed_storage: bool) -> tuple[torch.Tensor, bool]:
@@ -249,7 +273,7 @@ def _blockwise_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_
 
     if out_dtype != torch.bfloat16:
         return None
-    (ad, as_, _, la), (bd, bs, _, lb) = pa, pb
+    (ad, _, _, la), (bd, _, _, lb) = pa, pb
     a2d, b2d = a._quantizer.block_scaling_dim == 2, b._quantizer.block_scaling_dim == 2
     # stored row-major matrices: row-wise (rows, cols) = the tensor; column-wise = its transpose
     a_rows_are_op = (la == "columnwise") == ta  # the stored rows are op(a)'s rows
@@ -258,13 +282,16 @@ def _blockwise_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_
         m, k = ad.shape
         if b2d:
             if bt_rows_are_stored:
-                b_nk, b_scale = bd, bs
+                b_nk, b_scale = bd, _gemm_ready_block_scales(b, lb)
             else:  # a 128 x 128 copy transposes exactly: bytes and block scales
-                b_nk, b_scale = transpose_fp8(bd), bs.t().contiguous()
+                b_nk, b_scale = transpose_fp8(bd), b._quantizer.compact_scale_inv(b, lb).t().contiguous()
             if gemm.blockwise_supported(m, b_nk.shape[0], k):
-                return gemm.blockwise_fp8_mm(ad, as_, b_nk, b_scale, b_two_d=True, out_dtype=out_dtype)
+                return gemm.blockwise_fp8_mm(ad, _gemm_ready_block_scales(a, la), b_nk, b_scale, b_two_d=True,
+                                             out_dtype=out_dtype)
         elif bt_rows_are_stored and gemm.blockwise_supported(m, bd.shape[0], k):
-            return gemm.blockwise_fp8_mm(ad, as_, bd, bs, b_two_d=False, out_dtype=out_dtype)
+            return gemm.blockwise_fp8_mm(ad, _gemm_ready_block_scales(a, la), bd, _gemm_ready_block_scales(b, lb),
+                                         b_two_d=False, out_dtype=out_dtype)
+    as_, bs = a._quantizer.compact_scale_inv(a, la), b._quantizer.compact_scale_inv(b, lb)
     # Otherwise: FP8 times power-of-two scales is exact in bf16 (for normal results), so a
     # bf16 GEMM of the dequantized copies differs from the reference only by accumulation.
     if not (a._quantizer.force_pow_2_scales and b._quantizer.force_pow_2_scales):

@@ -165,6 +165,29 @@ def _blockwise_kernel(
 
 
 BLOCK = 128
+
+
+def _scale_buffer(compact_shape: tuple[int, int], block_scaling_dim: int, device: torch.device,
+                  gemm_ready: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the buffer to return, the compact-shaped view of it the kernel writes through).
+
+    GEMM-ready (TE's ``Float8BlockQuantizer.get_scale_shape``): 1 x 128 scales stored
+    transposed, (cols, rows padded to 4); 128 x 128 scales (rows, cols padded to 4). The
+    kernel writes only the valid region, so a buffer with padding starts zeroed (the
+    reference's padding is zero)."""
+    if not gemm_ready:
+        compact = torch.empty(compact_shape, dtype=torch.float32, device=device)
+        return compact, compact
+    from tetrt_support.quant.scale_layouts import blockwise_padded_shape
+
+    rows, cols = compact_shape
+    shape = blockwise_padded_shape(compact_shape, block_scaling_dim)
+    padded = shape != ((cols, rows) if block_scaling_dim == 1 else (rows, cols))
+    buffer = (torch.zeros if padded else torch.empty)(shape, dtype=torch.float32, device=device)
+    view = buffer[:, :rows].t() if block_scaling_dim == 1 else buffer[:, :cols]
+    return buffer, view
+
+
 _BLOCKWISE = Launcher(
     _blockwise_kernel,
     # Measured on an H200 (bf16, both layouts): 1 x 128 blocks are fastest with (32, 2) at 8192 x 4096
@@ -183,12 +206,16 @@ def blockwise_quantize(
     amax_epsilon: float = 0.0,
     rowwise: bool = True,
     columnwise: bool = False,
+    gemm_ready_scales: bool = False,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """``(row_data, row_scale_inv, col_data, col_scale_inv)`` of FP8 blockwise scaling.
 
     Row-wise: ``numerics.float8_blockwise_quantize(x2d, ...)``; column-wise: the same of
     ``x2d.t()`` (data (K, M)); blocks 1 x 128 (``block_scaling_dim=1``) or 128 x 128 (2).
-    Scales are (ceil(M/br), ceil(K/128)) row-major, as the reference returns them.
+    Scales are (ceil(M/br), ceil(K/128)) row-major, as the reference returns them; with
+    ``gemm_ready_scales`` they are written straight into TE's GEMM-ready buffers instead
+    (``scale_layouts.store_blockwise_scales`` of those, zero padding included), as TE's
+    kernels write them: no compact copy, no re-layout pass, and the GEMM reads them as views.
     """
     if block_scaling_dim not in (1, 2):
         raise ValueError(f"blockwise_quantize: block_scaling_dim must be 1 or 2, got {block_scaling_dim}")
@@ -199,14 +226,12 @@ def blockwise_quantize(
     two_d = block_scaling_dim == 2
     cdiv = triton.cdiv
     row_data = torch.empty((m, k), dtype=fp8_dtype, device=dev) if rowwise else None
-    row_scale = (torch.empty((cdiv(m, BLOCK) if two_d else m, cdiv(k, BLOCK)), dtype=torch.float32, device=dev)
-                 if rowwise else None)
     col_data = torch.empty((k, m), dtype=fp8_dtype, device=dev) if columnwise else None
-    col_scale = (torch.empty((cdiv(k, BLOCK) if two_d else k, cdiv(m, BLOCK)), dtype=torch.float32, device=dev)
-                 if columnwise else None)
     dummy = torch.empty(1, dtype=torch.float32, device=dev)
-    rs = row_scale if rowwise else dummy.view(1, 1)
-    cs = col_scale if columnwise else dummy.view(1, 1)
+    row_scale, rs = (_scale_buffer((cdiv(m, BLOCK) if two_d else m, cdiv(k, BLOCK)), block_scaling_dim, dev,
+                                   gemm_ready_scales) if rowwise else (None, dummy.view(1, 1)))
+    col_scale, cs = (_scale_buffer((cdiv(k, BLOCK) if two_d else k, cdiv(m, BLOCK)), block_scaling_dim, dev,
+                                   gemm_ready_scales) if columnwise else (None, dummy.view(1, 1)))
     grid = (max(1, cdiv(m, BLOCK)), max(1, cdiv(k, BLOCK)))
     if m and k:
         _BLOCKWISE(

@@ -29,8 +29,9 @@ BLOCK = 128
 
 
 # --------------------------------------------------------------------- FP8 blockwise
-def _outer_major(scale: torch.Tensor) -> torch.Tensor:
-    """(rows, K/128) with strides (1, rows): the 1 x 128 scale layout cuBLASLt reads."""
+def outer_major_scales(scale: torch.Tensor) -> torch.Tensor:
+    """(rows, K/128) with strides (1, rows): the 1 x 128 scale layout cuBLASLt reads (a copy
+    only when ``scale`` is not already that view)."""
     return scale if scale.stride(0) == 1 else scale.t().contiguous().t()
 
 
@@ -46,8 +47,10 @@ def blockwise_fp8_mm(
     """``dequant(a) @ dequant(b).T`` on the native FP8 blockwise GEMM.
 
     ``a`` (M, K) FP8 with 1 x 128 scales (M, K/128); ``b`` (N, K) FP8 with 128 x 128
-    scales (N/128, K/128) (``b_two_d``) or 1 x 128 scales (N, K/128); scales as
-    ``numerics.float8_blockwise_quantize`` returns them (``scale_inv``, row-major).
+    scales (N/128, K/128) (``b_two_d``) or 1 x 128 scales (N, K/128). Scales as
+    ``numerics.float8_blockwise_quantize`` returns them (``scale_inv``, row-major) are
+    re-laid here; in TE's GEMM-ready layout (1 x 128: the (rows, K/128) view of the stored
+    transposed buffer; 128 x 128: the stored buffer, K/128 padded to 4) they pass as views.
     """
     from torch.nn.functional import ScalingType, scaled_mm
 
@@ -62,9 +65,9 @@ def blockwise_fp8_mm(
             b_scale_inv = grown
         scale_b = b_scale_inv.t()
     else:
-        scale_b = _outer_major(b_scale_inv)
+        scale_b = outer_major_scales(b_scale_inv)
     return scaled_mm(
-        a, b.t(), _outer_major(a_scale_inv), ScalingType.BlockWise1x128, scale_b,
+        a, b.t(), outer_major_scales(a_scale_inv), ScalingType.BlockWise1x128, scale_b,
         ScalingType.BlockWise128x128 if b_two_d else ScalingType.BlockWise1x128, output_dtype=out_dtype,
     )
 
