@@ -199,24 +199,25 @@ display(*(training.profile_table(steps, key) for key in steps["suites"]["profile
 display(training.host_breakdown_table(steps))
 
 # %% [markdown]
-# **Reading.** At the large size, fp8_current is 1.55x bf16 (1.57x with CUDA graphs),
-# short of 1.6x in this run, and ahead of torchao (1.07x and 1.09x its speed; the target
-# table). fp8_block, on the native blockwise GEMM, is 1.21x (1.22x): its quantization kernel
-# writes the scales straight into TransformerEngine's GEMM-ready buffers and the GEMM reads
-# them as views, so its profile holds the three GEMMs (5.20 ms) and the quantization kernel
-# (0.79 ms) and nothing else of note. MXFP8 and NVFP4, emulated, are 0.90x and 0.76x.
-# NVFP4's column-wise Hadamard transform is two calls of 0.13 ms (a fast Walsh-Hadamard
-# transform with the reference's float64 sums), and stochastic rounding makes its Philox
-# draws in the quantization kernel, so no uniform tensor is written and read back; of its
-# 11.2 ms of kernels, the three emulated GEMMs (bf16 operands, fp32 results) take 7.7 ms.
-# At the small size every recipe of this project is bound by the host in the default mode:
-# the fp8_current profile shows 0.72 ms of kernels under 2.49 ms of host time. The
-# breakdown says where that goes: each custom op costs about 0.5 ms of host time when
-# called directly; in the forward op, two quantizes and the GEMM account for 0.33 ms of its
-# 0.50 ms. torchao's float8 is traced into inductor's own kernels instead, and bf16 issues
-# three GEMMs (its compiled step takes 0.70 ms of host time in this run). CUDA graphs
-# remove the host from the step: there fp8_current is ahead of torchao at both sizes, but at
-# 1.25x still under 1.35x at the small size, where the three FP8 GEMMs alone take 0.58 ms.
+# **Reading.** At the large size, fp8_current is 1.55x bf16 in both modes, short of 1.6x
+# in this run, and ahead of torchao (1.06x and 1.09x its speed; the target table).
+# fp8_block, on the native blockwise GEMM, is 1.21x (1.23x with CUDA graphs): its
+# quantization kernel writes the scales straight into TransformerEngine's GEMM-ready
+# buffers and the GEMM reads them as views, so its profile holds the three GEMMs (5.18 ms)
+# and the quantization kernel (0.62 ms for three calls) and nothing else of note. MXFP8 and
+# NVFP4, emulated, are 0.88x and 0.75x. NVFP4's column-wise Hadamard transform is two calls
+# of 0.13 ms (a fast Walsh-Hadamard transform with the reference's float64 sums), and
+# stochastic rounding makes its Philox draws in the quantization kernel, so no uniform
+# tensor is written and read back; of its 11.2 ms of kernels, the three emulated GEMMs
+# (bf16 operands, fp32 results) take 7.7 ms. At the small size every recipe of this project
+# is bound by the host in the default mode: the fp8_current profile shows 0.72 ms of
+# kernels under 2.03 ms of host time. The breakdown says where that goes: each custom op
+# costs about 0.45-0.5 ms of host time when called directly; in the forward op, two
+# quantizes and the GEMM account for 0.31 ms of its 0.48 ms. torchao's float8 is traced
+# into inductor's own kernels instead, and bf16 issues three GEMMs (its compiled step takes
+# 0.62 ms of host time in this run). CUDA graphs remove the host from the step: there
+# fp8_current is ahead of torchao at both sizes, but at 1.26x still under 1.35x at the small
+# size, where the three FP8 GEMMs alone take 0.57 ms.
 
 # %% [markdown]
 # ## 5. Do the recipes train like bf16? A loss study
