@@ -198,6 +198,8 @@ def fast_matmul(a: Any, b: Any, *, transpose_a: bool, transpose_b: bool, out_dty
 
 def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
     """(data, COMPACT scale_inv, amax-or-None, layout) of the named copy, None when it is absent.
+    FP8 blockwise gives no scale here: its GEMM reads the stored buffers
+    (:func:`_gemm_ready_block_scales`) and makes compact ones only where it needs them.
 
     Data shapes, as the quantizers store them: per-tensor FP8 row-wise (M, K), column-wise
     (K, M); FP8 blockwise and NVFP4 column-wise (K, M) (the recipe on x^T); MXFP8
