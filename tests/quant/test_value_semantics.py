@@ -310,3 +310,10 @@ def test_a_compiled_region_that_mutates_its_quantizer_fails_loudly_and_the_share
     shared = _rebuild(MXFP8Quantizer())
     assert shared.columnwise_usage and shared == MXFP8Quantizer()
     torch._dynamo.reset()
+
+
+def test_a_frozen_quantizers_derived_matrix_cannot_be_changed_through_its_accessor() -> None:
+    shared = _rebuild(NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=0x3C3C))
+    expected = shared.rht_matrix.clone()
+    shared.rht_matrix.zero_()  # a caller's in-place change lands on a copy
+    assert torch.equal(shared.rht_matrix, expected)

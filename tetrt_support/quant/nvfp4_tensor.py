@@ -172,7 +172,10 @@ class NVFP4Quantizer(RowColumnQuantizer):
 
     @property
     def rht_matrix(self) -> torch.Tensor | None:
-        return self._derived_rht_matrix
+        """The 16 x 16 Hadamard matrix; a copy for a frozen (shared) quantizer, so that an
+        in-place change by one caller cannot reach the others."""
+        matrix = self._derived_rht_matrix
+        return matrix.clone() if matrix is not None and self.is_frozen else matrix
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
         check_block_multiple(type(self).__name__, shape, BLOCK, rowwise=self.rowwise_usage, columnwise=self.columnwise_usage)
