@@ -286,7 +286,7 @@ def check_gemms(report: dict[str, Any]) -> None:
     }
     # The same operands with the scales the quantizers store (TE's GEMM-ready buffers, read
     # by the GEMM as views, no re-layout copy): the product must be bit-identical.
-    from tetrt_support.quant.kernels.dispatch import _gemm_ready_block_scales
+    from tetrt_support.quant.kernels.dispatch import gemm_ready_block_scales
     from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
 
     def stored(t: torch.Tensor, dim: int) -> Any:
@@ -294,9 +294,9 @@ def check_gemms(report: dict[str, Any]) -> None:
 
     qx, qw, qg = stored(x, 1), stored(w, 2), stored(dy, 1)
     ready = {
-        "forward x @ w.T": (_gemm_ready_block_scales(qx, "rowwise"), _gemm_ready_block_scales(qw, "rowwise")),
-        "dgrad dy @ w": (_gemm_ready_block_scales(qg, "rowwise"), _gemm_ready_block_scales(qw, "columnwise")),
-        "wgrad dy.T @ x": (_gemm_ready_block_scales(qg, "columnwise"), _gemm_ready_block_scales(qx, "columnwise")),
+        "forward x @ w.T": (gemm_ready_block_scales(qx, "rowwise"), gemm_ready_block_scales(qw, "rowwise")),
+        "dgrad dy @ w": (gemm_ready_block_scales(qg, "rowwise"), gemm_ready_block_scales(qw, "columnwise")),
+        "wgrad dy.T @ x": (gemm_ready_block_scales(qg, "columnwise"), gemm_ready_block_scales(qx, "columnwise")),
     }
     stored_ptrs = {getattr(q, f"_{layout}_scale_inv").untyped_storage().data_ptr()
                    for q in (qx, qw, qg) for layout in ("rowwise", "columnwise")}
@@ -304,7 +304,8 @@ def check_gemms(report: dict[str, Any]) -> None:
     for name, (a, sa, b, sb, two_d, ref) in gemms.items():
         try:
             y = G.blockwise_fp8_mm(a, sa, b, sb, b_two_d=two_d)
-            y_ready = G.blockwise_fp8_mm(a, *ready[name][:1], b, ready[name][1], b_two_d=two_d)
+            sa_ready, sb_ready = ready[name]
+            y_ready = G.blockwise_fp8_mm(a, sa_ready, b, sb_ready, b_two_d=two_d)
             out[name] = {"relative_error_vs_fp64_of_dequantized": rel_err(y, ref),
                          "gemm_ready_scale_views_bit_identical": bytes_equal(y, y_ready),
                          "gemm_ready_scales_are_views_of_the_stored_buffers": [

@@ -70,8 +70,8 @@ def rebuild_quantizer(cls: type[Quantizer], items: Sequence[tuple[str, Any]]) ->
     Inductor's wrapper evaluates those expressions on EVERY call of a compiled graph, so
     each (class, fields) is built once, frozen (:meth:`Quantizer.freeze`: immutable, so
     sharing it cannot leak a change into a later call) and returned from then on:
-    rebuilding cost host time per call (NVFP4's derived Hadamard matrix alone about
-    0.1 ms on a CPU). Built outside any fake mode, so that derived tensors are real even
+    rebuilding cost host time per call (NVFP4's derived Hadamard matrix alone 0.1-0.2 ms
+    on a CPU). Built outside any fake mode, so that derived tensors are real even
     when a trace evaluates the expression first.
     """
     items = tuple((name, value) for name, value in items)

@@ -69,13 +69,8 @@ def _blockwise(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, An
     rd, rs, cd, cs = blockwise_quantize(
         x2d, q.fp8_dtype, q.block_scaling_dim, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,
         rowwise=q.rowwise_usage, columnwise=q.columnwise_usage, gemm_ready_scales=True,
-    )  # scales already in the quantizer's stored (TE's GEMM-ready) layout: no _layouts re-store
-    out: dict[str, torch.Tensor | None] = {}
-    if q.rowwise_usage:
-        out.update(_rowwise_data=rd, _rowwise_scale_inv=rs)
-    if q.columnwise_usage:
-        out.update(_columnwise_data=cd, _columnwise_scale_inv=cs)
-    return out
+    )
+    return _layouts(q, rd, rs, cd, cs, stored=True)  # scales already in TE's GEMM-ready layout
 
 
 def _mxfp8(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
@@ -155,14 +150,18 @@ def _device_hadamard(sign_mask: int, device: torch.device) -> torch.Tensor:
     return _HADAMARD[key]
 
 
-def _layouts(q: Any, rd: Any, rs: Any, cd: Any, cs: Any) -> dict[str, torch.Tensor | None]:
-    """The kernels return compact scales; the quantizer stores them in TE's (padded,
-    GEMM-ready or swizzled) layout, the same function the reference path goes through."""
+def _layouts(q: Any, rd: Any, rs: Any, cd: Any, cs: Any, *, stored: bool = False) -> dict[str, torch.Tensor | None]:
+    """The quantizer's buffers from a kernel's outputs. Compact scales go into TE's (padded,
+    GEMM-ready or swizzled) layout through the same function the reference path uses;
+    ``stored``: the kernel already wrote that layout."""
+    def keep(scales: Any, layout: str) -> Any:
+        return scales if stored else q._store_scale_inv(scales, layout)
+
     out: dict[str, torch.Tensor | None] = {}
     if q.rowwise_usage:
-        out.update(_rowwise_data=rd, _rowwise_scale_inv=q._store_scale_inv(rs, "rowwise"))
+        out.update(_rowwise_data=rd, _rowwise_scale_inv=keep(rs, "rowwise"))
     if q.columnwise_usage:
-        out.update(_columnwise_data=cd, _columnwise_scale_inv=q._store_scale_inv(cs, "columnwise"))
+        out.update(_columnwise_data=cd, _columnwise_scale_inv=keep(cs, "columnwise"))
     return out
 
 
@@ -199,7 +198,7 @@ def fast_matmul(a: Any, b: Any, *, transpose_a: bool, transpose_b: bool, out_dty
 def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
     """(data, COMPACT scale_inv, amax-or-None, layout) of the named copy, None when it is absent.
     FP8 blockwise gives no scale here: its GEMM reads the stored buffers
-    (:func:`_gemm_ready_block_scales`) and makes compact ones only where it needs them.
+    (:func:`gemm_ready_block_scales`) and makes compact ones only where it needs them.
 
     Data shapes, as the quantizers store them: per-tensor FP8 row-wise (M, K), column-wise
     (K, M); FP8 blockwise and NVFP4 column-wise (K, M) (the recipe on x^T); MXFP8
@@ -220,7 +219,7 @@ def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
     return None
 
 
-def _gemm_ready_block_scales(t: Any, layout: str) -> torch.Tensor:
+def gemm_ready_block_scales(t: Any, layout: str) -> torch.Tensor:
     """The scales of ``t``'s ``layout`` as cuBLASLt's blockwise GEMM reads them, as views of
     the stored (TE's GEMM-ready) buffer where its layout already is that: 1 x 128 scales as
     an (rows, K/128) view with strides (1, rows) (the stored transposed buffer, when rows
@@ -284,14 +283,14 @@ def _blockwise_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_
         m, k = ad.shape
         if b2d:
             if bt_rows_are_stored:
-                b_nk, b_scale = bd, _gemm_ready_block_scales(b, lb)
+                b_nk, b_scale = bd, gemm_ready_block_scales(b, lb)
             else:  # a 128 x 128 copy transposes exactly: bytes and block scales
                 b_nk, b_scale = transpose_fp8(bd), b._quantizer.compact_scale_inv(b, lb).t().contiguous()
             if gemm.blockwise_supported(m, b_nk.shape[0], k):
-                return gemm.blockwise_fp8_mm(ad, _gemm_ready_block_scales(a, la), b_nk, b_scale, b_two_d=True,
+                return gemm.blockwise_fp8_mm(ad, gemm_ready_block_scales(a, la), b_nk, b_scale, b_two_d=True,
                                              out_dtype=out_dtype)
         elif bt_rows_are_stored and gemm.blockwise_supported(m, bd.shape[0], k):
-            return gemm.blockwise_fp8_mm(ad, _gemm_ready_block_scales(a, la), bd, _gemm_ready_block_scales(b, lb),
+            return gemm.blockwise_fp8_mm(ad, gemm_ready_block_scales(a, la), bd, gemm_ready_block_scales(b, lb),
                                          b_two_d=False, out_dtype=out_dtype)
     as_, bs = a._quantizer.compact_scale_inv(a, la), b._quantizer.compact_scale_inv(b, lb)
     # Otherwise: FP8 times power-of-two scales is exact in bf16 (for normal results), so a
