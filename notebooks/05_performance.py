@@ -199,25 +199,28 @@ display(*(training.profile_table(steps, key) for key in steps["suites"]["profile
 display(training.host_breakdown_table(steps))
 
 # %% [markdown]
-# **Reading.** At the large size, fp8_current is 1.55x bf16 in both modes, short of 1.6x
-# in this run, and ahead of torchao (1.06x and 1.09x its speed; the target table).
-# fp8_block, on the native blockwise GEMM, is 1.21x (1.23x with CUDA graphs): its
-# quantization kernel writes the scales straight into TransformerEngine's GEMM-ready
-# buffers and the GEMM reads them as views, so its profile holds the three GEMMs (5.18 ms)
-# and the quantization kernel (0.62 ms for three calls) and nothing else of note. MXFP8 and
-# NVFP4, emulated, are 0.88x and 0.75x. NVFP4's column-wise Hadamard transform is two calls
-# of 0.13 ms (a fast Walsh-Hadamard transform with the reference's float64 sums), and
-# stochastic rounding makes its Philox draws in the quantization kernel, so no uniform
-# tensor is written and read back; of its 11.2 ms of kernels, the three emulated GEMMs
-# (bf16 operands, fp32 results) take 7.7 ms. At the small size every recipe of this project
-# is bound by the host in the default mode: the fp8_current profile shows 0.72 ms of
-# kernels under 2.03 ms of host time. The breakdown says where that goes: each custom op
-# costs about 0.45-0.5 ms of host time when called directly; in the forward op, two
-# quantizes and the GEMM account for 0.31 ms of its 0.48 ms. torchao's float8 is traced
-# into inductor's own kernels instead, and bf16 issues three GEMMs (its compiled step takes
-# 0.62 ms of host time in this run). CUDA graphs remove the host from the step: there
-# fp8_current is ahead of torchao at both sizes, but at 1.26x still under 1.35x at the small
-# size, where the three FP8 GEMMs alone take 0.57 ms.
+# **Reading.** At the large size, fp8_current is 1.596x bf16 in the default mode, just
+# under the 1.6x line, and 1.58x with CUDA graphs, ahead of torchao (1.06x and 1.09x
+# its speed; the target table). fp8_block, on the native blockwise GEMM, is 1.27x (1.25x
+# with CUDA graphs): its quantization kernel writes the scales straight into
+# TransformerEngine's GEMM-ready buffers and the GEMM reads them as views, so its profile
+# holds the three GEMMs (5.50 ms) and the quantization kernel (0.66 ms for three calls) and
+# nothing else of note. MXFP8 and NVFP4, emulated, are 0.93x and 0.79x. Of NVFP4's 11.6 ms of
+# kernels the three emulated GEMMs (bf16 operands, fp32 results) take 8.1 ms; its
+# multiply-and-cast pass forms the per-tensor factors from the two global amaxes itself,
+# and scale buffers that need no padding are kept as the kernel wrote them, so what is left
+# besides its own kernels is 5 zero fills, 2 seed draws, 3 memsets and one copy per step
+# (the one-element torch ops that formed the factors were 51 kernels per step). The
+# column-wise Hadamard transform is two calls of 0.13 ms, and stochastic rounding makes its
+# Philox draws in the quantization kernel. At the small size every recipe of this project is
+# bound by the host in the default mode: the fp8_current profile shows 0.74 ms of kernels
+# under 3.2 ms of host time (this host was slow: the breakdown's rows are 1.5-1.8x the
+# previous run's). The breakdown says where that goes: each custom op costs 0.8-0.9 ms of
+# host time here when called directly, two quantizes and the GEMM most of the forward's.
+# torchao's float8 is traced into inductor's own kernels instead, and bf16 issues three
+# GEMMs. CUDA graphs remove the host from the step: there fp8_current is 1.36x bf16 at the
+# small size (the previous run of the same fp8_current code gave 1.26x: the 1.35x line is
+# within the spread between machines) and ahead of torchao at both sizes.
 
 # %% [markdown]
 # ## 5. Do the recipes train like bf16? A loss study
@@ -302,11 +305,16 @@ print("\n".join(perf.lowering_claims(bench)[:9]))
 # - **Training-step targets.** Section 4 lists the ones this run missed. At the small size
 #   the default mode is bound by the host: custom ops with Python implementations (the
 #   design this collection studies, as TransformerEngine's torch.compile path uses them)
-#   cost about 0.5 ms of host time each; a C++ implementation or a traced quantization
-#   (as torchao's) would be needed, not faster kernels. NVFP4 and MXFP8 stay emulated on
-#   Hopper. The FP8 forward against raw `_scaled_mm` misses its aims by the cost of
-#   current scaling itself: the input must be read once for its amax before it can be
-#   cast, two passes over 128 MiB at 8192^2 bf16.
+#   cost 0.5-0.9 ms of host time each; a C++ implementation or a traced quantization (as
+#   torchao's) would be needed, not faster kernels. Even then the default mode has a floor:
+#   the compiled bf16 step alone takes 0.6-0.9 ms of host time in the stored runs, while
+#   1.35x bf16 needs the whole fp8_current step within about 0.8 ms. NVFP4 and MXFP8 stay
+#   emulated on Hopper. The FP8 forward against raw `_scaled_mm` misses its aims by the cost
+#   of current scaling itself: the input must be read once for its amax before it can be
+#   cast. At the bandwidths `scripts/gpu_check.py` measured (amax 3.5 TB/s, cast 3.4 TB/s),
+#   quantizing an 8192^2 bf16 operand takes at least about 97 us, against 855 us for the
+#   GEMM: at best 0.82 of `_scaled_mm` with both operands quantized and 0.90 with a cached
+#   weight, under the 0.90 and 0.95 aims.
 # - **Complex side at full speed.** Compiled without freezing, the lowered RoPE reaches
 #   0.91 of the hand-written one-graph version, and 0.98 after the constant-folding pass
 #   (section 1's lines; the aim is 0.99, within this run's noise); the compile pipeline

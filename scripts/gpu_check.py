@@ -343,6 +343,15 @@ def check_gemms(report: dict[str, Any]) -> None:
     emu["exact sums: emulated_mm == definition (alpha)"] = bytes_equal(
         G.emulated_mm(ai, bi, alpha_i, out_dtype=torch.bfloat16),
         G.emulated_reference_mm(ai, bi, alpha_i).float().to(torch.bfloat16))
+    # NVFP4's factors formed in the multiply-and-cast kernel (the path the NVFP4 GEMMs take)
+    # against the same GEMM with the torch-op factors: equal bytes, special amaxes included.
+    amaxes = [(3.0, 0.7), (0.0, 5.0), (float("inf"), 2.0), (1e-30, 1e30), (float("nan"), 1.0), (float(N.amax(x)), 6.0)]
+    emu["nvfp4 factors in the kernel == torch-op factors"] = all(
+        bytes_equal(G.nvfp4_emulated_mm(lhs, rhs, torch.tensor([u], device="cuda"), torch.tensor([v], device="cuda"),
+                                        out_dtype=dtype),
+                    G.emulated_mm(lhs, rhs, G.nvfp4_alpha(torch.tensor([u], device="cuda"), torch.tensor([v], device="cuda")),
+                                  out_dtype=dtype))
+        for lhs, rhs in ((ai, bi), (A, B)) for u, v in amaxes for dtype in (torch.bfloat16, torch.float32))
     report["emulated_gemm"] = emu
 
 

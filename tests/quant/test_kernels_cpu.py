@@ -109,6 +109,15 @@ CHILD = textwrap.dedent(
     out["emulated_mm exact"] = [same(G.emulated_mm(a, b, out_dtype=torch.float32), G.emulated_reference_mm(a, b).float()),
                                 same(G.emulated_mm(a, b, alpha, out_dtype=torch.bfloat16),
                                      G.emulated_reference_mm(a, b, alpha).float().to(torch.bfloat16))]
+    # NVFP4's per-tensor factors formed inside the multiply-and-cast kernel: the bits of the
+    # torch-op factors, for ordinary, zero, infinite, NaN and extreme global amaxes (random
+    # operands: the bf16 results round).
+    ar, br_ = data((64, 96), torch.bfloat16, 11), data((32, 96), torch.bfloat16, 12)
+    amaxes = [(3.0, 0.7), (0.0, 5.0), (float("inf"), 2.0), (1e-30, 1e30), (float("nan"), 1.0), (448.0 * 6, 6.0)]
+    out["emulated_mm nvfp4 factors in the kernel"] = [
+        same(G.nvfp4_emulated_mm(lhs, rhs, torch.tensor([u]), torch.tensor([v]), out_dtype=dtype),
+             G.emulated_mm(lhs, rhs, G.nvfp4_alpha(torch.tensor([u]), torch.tensor([v])), out_dtype=dtype))
+        for lhs, rhs in ((a, b), (ar, br_)) for u, v in amaxes for dtype in (torch.bfloat16, torch.float32)]
     # The quantizers' fast path (kernels.dispatch) against their reference, in the usages the
     # Linear makes (both in training, row-wise only without gradients), from the same RNG
     # state (NVFP4's stochastic rounding draws uniforms).

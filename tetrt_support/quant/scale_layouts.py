@@ -76,8 +76,15 @@ def microscale_padded_shape(compact_shape: tuple[int, int], along_rows: bool) ->
 
 
 def store_microscales(compact: torch.Tensor, *, along_rows: bool, swizzled: bool) -> torch.Tensor:
-    """Compact MXFP8/NVFP4 scales -> TE's buffer (padded with zeros; swizzled if asked)."""
-    raw = pad_to(_byte_view(compact.contiguous()), *microscale_padded_shape(tuple(compact.shape), along_rows))
+    """Compact MXFP8/NVFP4 scales -> TE's buffer (padded with zeros; swizzled if asked).
+
+    Where the shape needs no padding and no swizzle, the compact scales already are TE's
+    buffer and are kept as they are (a quantize kernel's fresh output): a zero fill and a
+    device copy per layout less on every quantize."""
+    padded = microscale_padded_shape(tuple(compact.shape), along_rows)
+    if not swizzled and padded == tuple(compact.shape):
+        return compact.contiguous()
+    raw = pad_to(_byte_view(compact.contiguous()), *padded)
     if swizzled:
         raw = swizzle(raw.t().contiguous()).reshape(raw.shape) if along_rows else swizzle(raw)
     return raw.view(compact.dtype)

@@ -62,6 +62,16 @@ def clamp_keep_nan(y, limit):
 
 
 @triton.jit
+def bf16_bits(y):
+    """Round-to-nearest-even fp32 -> bf16 bit patterns (int16) by integer arithmetic, every
+    NaN -> 0x7FC0: torch's cast. Used where Triton's interpreter is the runtime (its own
+    bf16 conversion truncates); on the GPU the kernels use the hardware conversion."""
+    bits = y.to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return tl.where(y != y, 0x7FC0, rounded).to(tl.int16)
+
+
+@triton.jit
 def fp8_codes(y, E4M3: tl.constexpr):
     """Round-to-nearest-even fp32 -> FP8 bit patterns (uint8) by integer arithmetic.
 

@@ -340,6 +340,5 @@ def _nvfp4_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtyp
                 and a._quantizer.rht_sign_mask == b._quantizer.rht_sign_mask):
             return None
     lhs, rhs = nvfp4_operand_bf16(ad, as_), nvfp4_operand_bf16(bd, bs)
-    alpha = gemm.nvfp4_alpha(aa, ba)
-    return gemm.emulated_mm(lhs if a_rows_are_op else lhs.t(), rhs if bt_rows_are_stored else rhs.t(), alpha,
-                            out_dtype=out_dtype)
+    return gemm.nvfp4_emulated_mm(lhs if a_rows_are_op else lhs.t(), rhs if bt_rows_are_stored else rhs.t(), aa, ba,
+                                  out_dtype=out_dtype)

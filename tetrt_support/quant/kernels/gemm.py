@@ -14,7 +14,8 @@ dgrad and wgrad GEMMs).
 - MXFP8 / NVFP4 have no Hopper GEMM: each operand is dequantized into bf16, which holds
   the values exactly (MXFP8: ``fp8 * 2**e``; NVFP4: ``e2m1 * e4m3``, WITHOUT the per-tensor
   ``1 / S``), and cuBLAS's bf16 GEMM accumulates in fp32. NVFP4's per-tensor factors
-  ``(1 / S_a) * (1 / S_b)`` multiply the fp32 product once, fused with the cast to bf16.
+  ``(1 / S_a) * (1 / S_b)`` multiply the fp32 product once, fused with the cast to bf16;
+  :func:`nvfp4_emulated_mm` forms them in that same kernel from the two global amaxes.
   :func:`emulated_reference_mm` is the same computation in float64 (the definition the
   fast path is checked against).
 """
@@ -24,6 +25,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from tetrt_support.quant.kernels._common import bf16_bits, software_casts
+from tetrt_support.quant.kernels.nvfp4 import global_scales
 
 BLOCK = 128
 
@@ -107,6 +111,44 @@ def emulated_mm(
     out = torch.empty(product.shape, dtype=out_dtype, device=product.device)
     n = product.numel()
     _scale_cast_kernel[(triton.cdiv(n, 4096),)](product, alpha.float().reshape(1), out, n, BLOCK_SIZE=4096, num_warps=8)
+    return out
+
+
+@triton.jit
+def _nvfp4_scale_cast_kernel(x_ptr, amax_a_ptr, amax_b_ptr, out_ptr, n, SOFTWARE_BF16: tl.constexpr,
+                             BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    _, decode_a = global_scales(tl.load(amax_a_ptr))
+    _, decode_b = global_scales(tl.load(amax_b_ptr))
+    y = tl.load(x_ptr + offs, mask=mask, other=0.0) * (decode_a * decode_b)
+    if SOFTWARE_BF16:  # out_ptr: an int16 view of the bf16 result
+        tl.store(out_ptr + offs, bf16_bits(y), mask=mask)
+    else:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def nvfp4_emulated_mm(
+    a: torch.Tensor, b: torch.Tensor, amax_a: torch.Tensor, amax_b: torch.Tensor, *,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """``emulated_mm(a, b, nvfp4_alpha(amax_a, amax_b))``, bit for bit, with the per-tensor
+    factors formed inside the multiply-and-cast pass from the two global amaxes.
+
+    Why: :func:`nvfp4_alpha` in torch ops is 17 one-element kernels per GEMM (51 per
+    training step), each a launch of host time and a gap on the device."""
+    from tetrt_support.quant.kernels import interpreting
+
+    product = _mm_fp32(a, b.t())
+    if not (product.is_cuda or interpreting()):
+        return (product * nvfp4_alpha(amax_a, amax_b)).to(out_dtype)
+    out = torch.empty(product.shape, dtype=out_dtype, device=product.device)
+    n = product.numel()
+    software_bf16 = software_casts() and out_dtype == torch.bfloat16
+    if n:
+        _nvfp4_scale_cast_kernel[(triton.cdiv(n, 4096),)](
+            product, amax_a.float().reshape(1), amax_b.float().reshape(1), out.view(torch.int16) if software_bf16 else out,
+            n, SOFTWARE_BF16=software_bf16, BLOCK_SIZE=4096, num_warps=8)
     return out
 
 

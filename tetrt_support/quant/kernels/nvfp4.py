@@ -47,6 +47,16 @@ def _min_keep_nan(x, hi):
 
 
 @triton.jit
+def global_scales(amax):
+    """``(S, 1 / S)`` of ``numerics.nvfp4_quantize`` from the fp32 global amax, each
+    correctly rounded as the reference's torch ops round them: ``S = min(2688 / amax,
+    FP32_MAX)`` (NaN kept; 1 where it is 0, an infinite amax)."""
+    encode = _min_keep_nan(tl.math.div_rn(tl.full(amax.shape, 2688.0, tl.float32), amax), 3.4028234663852886e38)
+    encode = tl.where(encode == 0.0, 1.0, encode)
+    return encode, tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), encode)
+
+
+@triton.jit
 def _e2m1_codes(v):
     """``numerics.e2m1_encode`` of values already clamped to [-6, 6] (NaN -> code 7, +6, as TE's cvt.satfinite)."""
     m = tl.where(v != v, 6.0, tl.abs(v))
@@ -148,10 +158,7 @@ def _nvfp4_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
-    amax = bits_to_float(tl.load(amax_bits_ptr))
-    encode_global = _min_keep_nan(tl.math.div_rn(tl.full(amax.shape, 2688.0, tl.float32), amax), 3.4028234663852886e38)
-    encode_global = tl.where(encode_global == 0.0, 1.0, encode_global)
-    decode_global = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), encode_global)
+    encode_global, decode_global = global_scales(bits_to_float(tl.load(amax_bits_ptr)))
     offs_m = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
     offs_k = (pid_k * BK + tl.arange(0, BK)).to(tl.int64)
     mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
