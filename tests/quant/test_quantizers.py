@@ -330,3 +330,24 @@ def test_nvfp4_rht_is_rotate_along_m_then_quantize_the_transpose(activations: to
     rowwise = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_sign_mask=mask,
                              rht_any_input_dtype=True).quantize(activations)
     assert torch.equal(rowwise._rowwise_data, NVFP4Quantizer().quantize(activations)._rowwise_data)  # row-wise: no RHT
+
+
+def test_microscales_needing_no_padding_are_kept_and_others_padded_with_zeros() -> None:
+    """TE's MXFP8/NVFP4 scale buffer is the compact scales padded to (128, 4) multiples (4 x
+    128 along the rows). Where nothing needs padding and no swizzle is asked, the compact
+    tensor already is that buffer and is kept (no fill and copy per quantize); otherwise the
+    valid region is copied into zeros, and load gives the compact scales back either way."""
+    from tetrt_support.quant import scale_layouts as L
+
+    fitting = torch.randint(1, 120, (256, 8), dtype=torch.uint8).view(torch.float8_e4m3fn)
+    assert L.store_microscales(fitting, along_rows=False, swizzled=False) is fitting
+    swizzled = L.store_microscales(fitting, along_rows=False, swizzled=True)
+    assert swizzled is not fitting
+    assert torch.equal(L.load_microscales(swizzled, (256, 8), along_rows=False, swizzled=True).view(torch.uint8),
+                       fitting.view(torch.uint8))
+    ragged = torch.randint(1, 120, (130, 6), dtype=torch.uint8)
+    stored = L.store_microscales(ragged, along_rows=False, swizzled=False)
+    assert stored.shape == (256, 8) and int(stored[130:].count_nonzero()) == 0 and int(stored[:, 6:].count_nonzero()) == 0
+    assert torch.equal(L.load_microscales(stored, (130, 6), along_rows=False, swizzled=False), ragged)
+    columnwise = torch.randint(1, 120, (4, 256), dtype=torch.uint8)  # MXFP8 column-wise: blocks along the rows
+    assert L.store_microscales(columnwise, along_rows=True, swizzled=False) is columnwise
