@@ -152,7 +152,7 @@ print("complex ops left in the saved graph:",
 # `refit_module_weights(compiled, new_weights)` takes a state dict, a module or an
 # `ExportedProgram` of the same architecture. The ONNX Runtime block was built with its
 # weights as inputs, so a refit replaces tensors and keeps the ONNX model itself; complex
-# parameters and buffers would be packed as the lowering packed them (`[..., 2]`).
+# parameters and buffers are packed as the lowering packed them (`[..., 2]`).
 
 # %%
 new_llama = zoo.tiny_llama4(seed=1).eval()
@@ -168,6 +168,27 @@ print("refitted vs the new eager model < 1e-5:",
       max_abs_error(new_ref.logits, refitted(**other).logits) < 1e-5)
 print("the compiled module itself still has the old weights:",
       max_abs_error(ref.logits, from_module(**other).logits) < 1e-5)
+
+# %% [markdown]
+# The compile also folds what depends on weights and constants alone, as Torch-TensorRT's
+# `constant_fold` does: RoPE's complex frequencies become two contiguous real planes. A
+# refit computes those values again from the new weights (the compiled module keeps the
+# constant subgraph it folded). A refit that only replaced the named weights would leave
+# the old planes in place and rotate by the old angles, without any error.
+
+# %%
+from tetrt_support.compiler.constant_folding import FOLDED_KEY
+
+g = torch.Generator().manual_seed(0)
+q, k = torch.randn(2, 16, 3, 32, generator=g), torch.randn(2, 16, 3, 32, generator=g)
+rope_old = zoo.ComplexRoPE(head_dim=32, max_seq_len=32).eval()
+rope_new = zoo.ComplexRoPE(head_dim=32, max_seq_len=32, theta=50.0).eval()  # other frequencies
+rope_compiled = tetrt_support.compile(rope_old, arg_inputs=(q, k))
+folded = rope_compiled.meta[FOLDED_KEY]
+print("folded from", folded.sources(), "into", folded.names)
+rope_refitted = tetrt_support.refit_module_weights(rope_compiled, rope_new)
+print("refitted vs the new eager RoPE, max abs error < 1e-5:", max_abs_error(rope_new(q, k), rope_refitted(q, k)) < 1e-5)
+print("refitted vs the old eager RoPE, max abs error > 0.1:", max_abs_error(rope_old(q, k), rope_refitted(q, k)) > 0.1)
 
 # %% [markdown]
 # Weights of another architecture are refused, naming the first key that differs:

@@ -82,3 +82,59 @@ def test_a_slice_by_a_symbolic_length_is_not_folded() -> None:
         q2, k2 = torch.randn(2, length, 3, 32), torch.randn(2, length, 3, 32)
         for a, b in zip(gm(q2, k2), folded(q2, k2)):
             assert torch.equal(a, b)
+
+
+class _Broadcasts(torch.nn.Module):
+    """A table broadcast over the batch, and a transposed weight: folding must not grow either."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(16.0).reshape(4, 4))
+        self.weight = torch.nn.Parameter(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.table.exp().expand(8, 4, 4) + x @ self.weight.t()
+
+
+def test_a_broadcast_value_is_stored_once_and_a_transposed_weight_is_not_copied() -> None:
+    model = _Broadcasts()
+    x = torch.randn(8, 4, 4)
+    folded = fold_constants(torch.export.export(model, (x,), strict=False).module())
+    stored = _folded(folded)
+    assert sorted(tuple(t.shape) for t in stored.values()) == [(1, 4, 4), (4, 4)]
+    transposed = next(t for t in stored.values() if t.shape == (4, 4))
+    assert transposed.untyped_storage().data_ptr() == model.weight.untyped_storage().data_ptr()  # a view
+    assert any(n.target is torch.ops.aten.expand.default for n in folded.graph.nodes)  # expanded in the graph
+    assert torch.equal(folded(x), model(x))
+
+
+def test_the_recipe_computes_the_folded_values_again_and_a_second_folding_is_refused() -> None:
+    import pytest
+
+    from tetrt_support.compiler.constant_folding import FOLDED_KEY
+
+    gm, _ = _lowered_rope("rewrite")
+    folded = fold_constants(gm)
+    recipe = folded.meta[FOLDED_KEY]
+    assert recipe.sources() == ["freqs_cis"] and recipe.names == sorted(_folded(folded))
+    again = recipe.evaluate()
+    assert all(torch.equal(again[name], value) and again[name].is_contiguous() for name, value in _folded(folded).items())
+    with pytest.raises(ValueError, match="folded already"):
+        fold_constants(folded)
+    nothing = torch.export.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),)).module()
+    assert FOLDED_KEY not in fold_constants(nothing).meta  # nothing folded: no recipe
+
+
+def test_the_compile_pipeline_folds_rope_frequencies_into_contiguous_planes() -> None:
+    import tetrt_support
+
+    rope = zoo.ComplexRoPE(head_dim=32, max_seq_len=32).eval()
+    q, k = torch.randn(2, 16, 3, 32), torch.randn(2, 16, 3, 32)
+    compiled = tetrt_support.compile(rope, arg_inputs=(q, k), backend="eager")
+    (block,) = [compiled.get_submodule(b.name) for b in compiled.blocks() if b.kind == "engine"]
+    graphs = [m for m in block.modules() if isinstance(m, torch.fx.GraphModule)]
+    attrs = {str(n.target): m.get_buffer(str(n.target)) for m in graphs for n in m.graph.nodes if n.op == "get_attr"}
+    assert attrs and all(a.startswith(FOLDED_PREFIX) for a in attrs)  # freqs_cis itself is not read
+    assert all(t.is_contiguous() for t in attrs.values())  # no stride-2 reads of the packed planes
+    for expected, got in zip(rope(q, k), compiled(q, k)):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)

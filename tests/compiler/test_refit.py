@@ -142,3 +142,28 @@ def test_refit_in_place_reaches_an_inductor_compiled_block() -> None:
     assert_same_outputs(model(_z(1)), compiled(_z(1)))
     tetrt_support.refit_module_weights(compiled, new, in_place=True)
     assert_same_outputs(new(_z(1)), compiled(_z(1)))
+
+
+def test_refit_computes_again_what_the_compile_folded_from_the_weights() -> None:
+    # RoPE's frequencies are folded into real and imaginary planes at compile time; new
+    # frequencies must reach them, or the refitted module would rotate by the old angles.
+    from tetrt_support.compiler.constant_folding import FOLDED_KEY
+
+    old, new = zoo.ComplexRoPE(head_dim=32, max_seq_len=32).eval(), zoo.ComplexRoPE(head_dim=32, max_seq_len=32, theta=50.0).eval()
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 16, 3, 32, generator=g), torch.randn(2, 16, 3, 32, generator=g)
+    compiled = tetrt_support.compile(old, arg_inputs=(q, k), min_block_size=1)
+    assert compiled.meta[FOLDED_KEY].sources() == ["freqs_cis"]
+    refitted = tetrt_support.refit_module_weights(compiled, new)
+    assert_same_outputs(new(q, k), refitted(q, k), atol=1e-5)
+    assert not torch.allclose(refitted(q, k)[0], compiled(q, k)[0], atol=1e-3)
+    # freqs_cis is a non-persistent buffer: a state dict leaves it out (this one is empty),
+    # and what was folded from it keeps the values of the refit before
+    assert old.state_dict() == {}
+    assert_same_outputs(new(q, k), tetrt_support.refit_module_weights(refitted, old.state_dict())(q, k), atol=1e-5)
+    # in place, twice: the second refit starts from the first one's weights
+    tetrt_support.refit_module_weights(compiled, new, in_place=True)
+    tetrt_support.refit_module_weights(compiled, {}, in_place=True)
+    assert_same_outputs(new(q, k), compiled(q, k), atol=1e-5)
+    tetrt_support.refit_module_weights(compiled, old, in_place=True)
+    assert_same_outputs(old(q, k), compiled(q, k), atol=1e-5)

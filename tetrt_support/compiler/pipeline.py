@@ -5,7 +5,7 @@ The compiler is the ordered list :data:`PASSES`; each pass is a function
 (the exported program, the chosen engine and strategy, and what earlier passes found).
 Read top to bottom, the list is the whole pipeline, as Torch-TensorRT's lowering pass
 lists are: drop export's guard call, lower complex arithmetic to real ``[..., 2]``
-arithmetic, partition into engine and PyTorch fallback blocks, build and check the
+arithmetic, fold what is constant, partition into engine and PyTorch fallback blocks, build and check the
 engine blocks, put complex I/O adapters at the edge, keep the exported signature, check
 the inputs first, and return a :class:`CompiledModule`. Each pass's docstring says why it
 is there; the list itself is the one place that says in which order.
@@ -25,6 +25,7 @@ from torch import fx
 from torch.fx._pytree import tree_flatten_spec
 from torch.fx.graph import _PyTreeCodeGen
 
+from tetrt_support.compiler import constant_folding
 from tetrt_support.compiler.configured_engine import (
     ConfiguredEngine,
     check_full_compilation,
@@ -49,6 +50,7 @@ from tetrt_support.compiler.partition import (
     blocks_summary,
     partition,
 )
+from tetrt_support.compiler.constant_folding import FOLDED_KEY
 from tetrt_support.compiler.refit import BLOCK_WEIGHTS_KEY, WEIGHTS_KEY, record_refit_weights
 from tetrt_support.compiler.settings import DEFAULT_BACKEND, MIN_BLOCK_SIZE, CompilationSettings
 from tetrt_support.complex import lower
@@ -156,6 +158,15 @@ def lower_complex(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     io = gm.meta[COMPLEX_IO_KEY]
     ctx.complex_inputs, ctx.complex_outputs = list(io["inputs"]), list(io["outputs"])
     return gm
+
+
+def fold_constants(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """:func:`~tetrt_support.compiler.constant_folding.fold_constants`, as Torch-TensorRT's
+    post-lowering ``constant_fold``; after the complex lowering, so that what it stores is
+    real and compact (RoPE's frequency planes), and after the view-write pass, so that no
+    buffer the program writes is taken for a constant. A refit computes the folded values
+    again from the new weights."""
+    return constant_folding.fold_constants(gm)
 
 
 def return_complex_results_directly(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
@@ -267,7 +278,7 @@ def as_compiled_module(gm: fx.GraphModule, ctx: CompileContext) -> CompiledModul
     compiled.meta[COMPLEX_IO_KEY] = {"inputs": list(ctx.complex_inputs), "outputs": list(ctx.complex_outputs)}
     compiled.meta["tetrt_backend"] = ctx.backend
     compiled.meta["tetrt_strategy"] = ctx.strategy
-    for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY):  # what refit_module_weights needs
+    for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY, FOLDED_KEY):  # what refit_module_weights needs
         if key in gm.meta:
             compiled.meta[key] = gm.meta[key]
     return compiled
@@ -278,6 +289,7 @@ PASSES: tuple[Pass, ...] = (
     drop_guards_fn,
     lower_complex,
     functionalize_view_writes,
+    fold_constants,
     return_complex_results_directly,
     partition_into_blocks,
     record_refit_weights,

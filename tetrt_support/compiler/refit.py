@@ -13,7 +13,10 @@ So a refit is: check the new weights against the architecture the module was com
 from (:data:`WEIGHTS_KEY`, recorded by :func:`record_refit_weights`), then give each of those
 tensors its new value, packed as the compile packed it: a complex parameter or buffer
 as its ``view_as_real`` (the lowering's ``[..., 2]`` layout), a float64 one as float32
-inside an engine block built with ``truncate_double``. Each block must find ALL the
+inside an engine block built with ``truncate_double``. Values the compile folded from
+weights (:mod:`~tetrt_support.compiler.constant_folding`: RoPE's frequency planes, a mask)
+are computed again from the new weights by the folded constant subgraph, as
+Torch-TensorRT's refit lowers the new program again, and replaced the same way. Each block must find ALL the
 weights it was built with (recorded per block by the same pass): an engine
 that keeps its weights where refit cannot reach them (a TensorRT plan) raises, naming it.
 
@@ -33,6 +36,7 @@ import torch
 import torch.fx as fx
 
 from tetrt_support.compiler.configured_engine import Float64AsFloat32, WeightsAsInputs, replace_tensor_attribute
+from tetrt_support.compiler.constant_folding import FOLDED_KEY, FoldedConstants
 from tetrt_support.compiler.partition import block_kind
 
 __all__ = [
@@ -67,16 +71,18 @@ def _program_weights(ep: torch.export.ExportedProgram) -> dict[str, torch.Tensor
 def record_refit_weights(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
     """Record what a refit checks and fills, right after partitioning: the program's
     parameters and buffers (names, shapes, dtypes: the architecture) and, per block, the
-    ones its graph reads (before an engine replaces the graph)."""
+    ones its graph reads, folded values included (before an engine replaces the graph)."""
     ep = ctx.exported_program
     non_persistent = set(ep.graph_signature.non_persistent_buffers)
     known = {name: (tuple(t.shape), t.dtype, name not in non_persistent) for name, t in _program_weights(ep).items()}
+    folded = gm.meta.get(FOLDED_KEY)
+    refitted = set(known) | set(folded.names if folded is not None else ())
     per_block: dict[str, list[str]] = {}
     for name, module in gm.named_children():
         if block_kind(name) is None or not isinstance(module, fx.GraphModule):
             continue
         targets = {str(n.target) for n in module.graph.nodes if n.op == "get_attr"}
-        per_block[name] = sorted(t for t in targets if t in known)
+        per_block[name] = sorted(t for t in targets if t in refitted)
     gm.meta[WEIGHTS_KEY] = known
     gm.meta[BLOCK_WEIGHTS_KEY] = per_block
     return gm
@@ -163,6 +169,19 @@ def _weight_holders(module: torch.nn.Module, truncated: bool = False) -> list[tu
     return found
 
 
+def _refolded(folded: FoldedConstants | None, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The folded values computed again with ``weights``; the recipe keeps the new weights,
+    so that a later refit from a partial state dict starts from these."""
+    if folded is None:
+        return {}
+    recipe = folded.recipe
+    for source in folded.sources():
+        if source in weights:
+            owner, field = _owner(recipe, source)
+            replace_tensor_attribute(owner, field, _packed_like(source, weights[source], getattr(owner, field), False))
+    return folded.evaluate()
+
+
 def _refit_block(name: str, block: torch.nn.Module, expected: list[str], weights: dict[str, torch.Tensor]) -> None:
     reached: set[str] = set()
     for root, weight, truncated in _weight_holders(block):
@@ -201,6 +220,7 @@ def refit_module_weights(
     target = compiled_module if in_place else copy.deepcopy(compiled_module)
     per_block = target.meta.get(BLOCK_WEIGHTS_KEY, {})
     with torch.no_grad():
+        weights = weights | _refolded(target.meta.get(FOLDED_KEY), weights)
         for name, block in target.named_children():
             if block_kind(name) is not None:
                 _refit_block(name, block, per_block.get(name, []), weights)
