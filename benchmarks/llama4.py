@@ -11,12 +11,15 @@ Variants, one forward pass each (``input_ids=`` by keyword, logits of every posi
 - ``eager``: the complex original;
 - ``torch_compile``: ``torch.compile`` of it (inductor; inductor falls back to ATen's
   kernels for the complex ops);
+- ``torch_compile_again``: the same compiled model timed as a second variant, an A/A
+  control: its speed against ``torch_compile`` is the spread of this run's ratios;
 - ``tetrt_compile_inductor_<strategy>``: the exported program through
   :data:`tetrt_support.compiler.pipeline.PASSES` (what ``tetrt_support.compile`` runs) with
   ``backend="inductor"``, complex lowered by ``"rewrite"`` and by ``"retrace"``.
 
 All are timed round-robin with :func:`tetrt_support.report.timing.time_round_robin` (CUDA
-events, 10 back-to-back calls a sample, median over rounds), so drift hits them alike.
+events, 10 back-to-back calls a sample, median over rounds, each round in a new order), so
+drift hits them alike and no variant always follows the same one.
 Recorded per variant: the median and best time, the speed against ``torch_compile`` (its
 time over the variant's: >= 1 is at least as fast), the first call (where inductor
 compiles; the first compiled variant also pays inductor's one-time start-up), the largest logit error relative to the largest logit against eager bf16 and
@@ -46,6 +49,9 @@ from tetrt_support.report.timing import Stopwatch, time_round_robin
 
 STRATEGIES = ("rewrite", "retrace")
 BASELINE = "torch_compile"
+#: the baseline again, timed as a variant of its own: its speed against the baseline is
+#: the spread this run's ratios carry (an A/A comparison)
+CONTROL = "torch_compile_again"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +146,10 @@ def run(device: str, case: Llama4Case, rounds: int, seed: int = 0) -> dict[str, 
         logits_fp32 = _logits(reference_fp32(input_ids=ids))
         del reference_fp32
         logits_eager = _logits(model(input_ids=ids))
+    baseline = torch.compile(model)
     variants: dict[str, Callable[[], Any]] = {"eager": lambda: model(input_ids=ids),
-                                              "torch_compile": lambda c=torch.compile(model): c(input_ids=ids)}
+                                              BASELINE: lambda: baseline(input_ids=ids),
+                                              CONTROL: lambda: baseline(input_ids=ids)}
     results: dict[str, dict[str, Any]] = {name: {} for name in variants}
     try:
         with torch.no_grad(), Stopwatch() as export:
@@ -191,7 +199,7 @@ def run(device: str, case: Llama4Case, rounds: int, seed: int = 0) -> dict[str, 
     for entry in results.values():
         if base and "median_s" in entry:
             entry["speed_vs_torch_compile"] = base / entry["median_s"]
-    protocol = next(iter(timings.values())).protocol() | {"order": "round-robin", "rounds": rounds} if timings else {}
+    protocol = next(iter(timings.values())).protocol() | {"order": "round-robin, shuffled each round", "rounds": rounds} if timings else {}
     return section | {"timing": protocol, "target": f"tetrt_compile_inductor_* speed_vs_torch_compile >= {LLAMA4_TARGET}",
                       "first_calls": "in variant order; the first compiled one (torch_compile) also pays inductor's "
                                      "one-time start-up", "variants": results}

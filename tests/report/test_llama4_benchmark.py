@@ -25,9 +25,11 @@ def test_the_quick_run_measures_every_variant_in_one_engine_block(smoke_file: di
     assert results.is_smoke_run(smoke_file) and smoke_file["machine"]["device"] == "cpu"
     assert section["config"]["dtype"] == "bfloat16" and section["config"]["mlp"].startswith("dense")
     variants = section["variants"]
-    assert list(variants) == ["eager", "torch_compile", "tetrt_compile_inductor_rewrite", "tetrt_compile_inductor_retrace"]
+    assert list(variants) == ["eager", "torch_compile", "torch_compile_again", "tetrt_compile_inductor_rewrite",
+                              "tetrt_compile_inductor_retrace"]
     assert all("median_s" in v for v in variants.values()), {n: v.get("error") for n, v in variants.items()}
     assert variants["torch_compile"]["speed_vs_torch_compile"] == 1.0
+    assert variants["torch_compile_again"]["speed_vs_torch_compile"] > 0  # the A/A control: the same compiled model
     for name in ("tetrt_compile_inductor_rewrite", "tetrt_compile_inductor_retrace"):
         v = variants[name]
         assert v["blocks_summary"] == "1 engine block, 0 fallback blocks"
@@ -60,6 +62,7 @@ def _gpu_file(rewrite_speed: float, retrace_error: str | None = None) -> dict[st
 
     tetrt = {"compile_s": 2.0, "blocks_summary": "1 engine block, 0 fallback blocks"}
     variants = {"eager": measured(13.66, 11.04 / 13.66), "torch_compile": measured(11.04, 1.0),
+                "torch_compile_again": measured(11.10, 11.04 / 11.10),
                 "tetrt_compile_inductor_rewrite": measured(11.04 / rewrite_speed, rewrite_speed, **tetrt),
                 "tetrt_compile_inductor_retrace": {"error": retrace_error} if retrace_error else measured(10.77, 11.04 / 10.77, **tetrt)}
     return {"benchmark": "llama4", "machine": {"gpu": "NVIDIA H200", "torch": "2.11", "when_utc": "then"},
@@ -74,6 +77,8 @@ def test_gpu_files_get_a_verdict_from_the_ratio() -> None:
     assert ("tetrt_compile_inductor_rewrite: torch.compile's time / its time = 0.980 (target >= 1.0): NOT met; "
             "1 engine block, 0 fallback blocks") in claims
     assert "tetrt_compile_inductor_retrace: failed: RuntimeError: boom" in claims
+    assert ("A/A control: the same torch.compile'd model timed as a second variant = 0.995 (a ratio within 0.005 "
+            "of 1 is within this run's spread)") in claims
     met = perf.llama4_claims(_gpu_file(1.0))
     assert any(line.startswith("tetrt_compile_inductor_rewrite") and "(target >= 1.0): met" in line for line in met)
     assert "failed" in str(perf.llama4_table(_gpu_file(1.0, retrace_error="RuntimeError: boom")))

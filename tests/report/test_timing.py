@@ -21,7 +21,7 @@ def test_time_calls_takes_samples_of_calls_after_a_warmup() -> None:
 def test_round_robin_interleaves_and_records_failures_when_asked() -> None:
     order: list[str] = []
     fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
-    out = timing.time_round_robin(fns, rounds=3, warmup=0)
+    out = timing.time_round_robin(fns, rounds=3, warmup=0, order="fixed")
     assert order == ["a", "b"] * 3 and {k: len(v.samples_s) for k, v in out.items()} == {"a": 3, "b": 3}
 
     def broken() -> None:
@@ -32,6 +32,23 @@ def test_round_robin_interleaves_and_records_failures_when_asked() -> None:
     errors: dict[str, BaseException] = {}
     out = timing.time_round_robin({"ok": lambda: None, "broken": broken}, rounds=2, errors=errors)
     assert list(out) == ["ok"] and str(errors["broken"]) == "boom"
+
+
+def test_shuffled_rounds_take_each_function_once_in_a_new_order_drawn_from_the_seed() -> None:
+    def run(seed: int) -> list[str]:
+        order: list[str] = []
+        fns = {name: (lambda name=name: order.append(name)) for name in "abcd"}
+        timing.time_round_robin(fns, rounds=12, warmup=0, seed=seed)
+        return order
+
+    order = run(0)
+    rounds = [order[i : i + 4] for i in range(0, len(order), 4)]
+    assert all(sorted(r) == list("abcd") for r in rounds)  # every function once per round
+    followers = {r[r.index("a") + 1] for r in rounds if r[-1] != "a"}
+    assert len(followers) > 1  # "a" is not always followed by the same function
+    assert run(0) == order and run(1) != order  # the seed fixes the orders
+    with pytest.raises(ValueError, match="order must be 'shuffled' or 'fixed', got 'random'"):
+        timing.time_round_robin(fns={}, rounds=1, order="random")  # type: ignore[arg-type]
 
 
 def test_cpu_clock_counts_work_not_sleep() -> None:

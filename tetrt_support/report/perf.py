@@ -122,13 +122,16 @@ def rope_claims(result: Mapping[str, Any]) -> list[str]:
     """RoPE bandwidth fractions, the lowered graphs against the hand-written one-graph version
     (compiled without freezing), the target verdicts, and the run's own noise yardstick."""
     frac = {n: v["fraction_of_clone_bandwidth"] for n, v in _variants(result, "rope").items() if "fraction_of_clone_bandwidth" in v}
+    lowered = sorted(n for n in frac if n.startswith("lowered_") and "compiled" in n) + sorted(
+        n for n in frac if n.startswith("tetrt_compile_"))
     lines = [f"RoPE {name}: {frac[name]:.3f} of clone bandwidth{_verdict(result, frac[name], ROPE_TARGET)}"
-             for name in sorted(n for n in frac if n.startswith("lowered_") and "compiled" in n)]
+             for name in lowered]
     for name in ("complex_eager", "complex_compiled", "real_handwritten_compiled", "real_handwritten_compiled_one_graph"):
         if name in frac:
             lines.append(f"RoPE {name}: {frac[name]:.3f} of clone bandwidth")
     one_graph = frac.get("real_handwritten_compiled_one_graph")
-    for name in sorted(n for n in frac if n.startswith("lowered_") and n.endswith("_compiled")) if one_graph else ():
+    without_freezing = [n for n in lowered if not n.endswith("_frozen")]
+    for name in without_freezing if one_graph else ():
         ratio = frac[name] / one_graph
         lines.append(f"RoPE {name} / real_handwritten_compiled_one_graph: {ratio:.3f}"
                      f"{_verdict(result, ratio, ROPE_VS_ONE_GRAPH_TARGET)}")
@@ -261,6 +264,10 @@ def llama4_claims(result: Mapping[str, Any]) -> list[str]:
     eager = variants.get("eager", {}).get("speed_vs_torch_compile")
     if eager is not None:
         lines.append(f"eager (complex original): torch.compile's time / its time = {eager:.3f}")
+    control = variants.get("torch_compile_again", {}).get("speed_vs_torch_compile")
+    if control is not None:
+        lines.append(f"A/A control: the same torch.compile'd model timed as a second variant = {control:.3f} "
+                     f"(a ratio within {abs(1 - control):.3f} of 1 is within this run's spread)")
     if "export_s" in _llama4_section(result):
         lines.append(f"torch.export of the model, before tetrt_support.compile: {_llama4_section(result)['export_s']:.1f} s")
     return lines

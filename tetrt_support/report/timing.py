@@ -7,13 +7,19 @@ choices matter and are made here once:
 - **Clock.** ``"wall"`` is ``time.perf_counter`` on the host, or a pair of CUDA events on
   a GPU. CUDA events around a batch of back-to-back calls let the host's per-call work
   (Python, guards, pytree) overlap the device's, as in a real loop; synchronising after
-  every call would charge launch latency to the kernel. ``"cpu"`` is the CPU time of this
-  process and of its finished child processes (a C++ compiler run by inductor): on a
-  shared, loaded machine it is far steadier than the wall clock, which counts the time
-  spent waiting for a core.
+  every call would charge launch latency to the kernel. Each GPU sample starts with one
+  untimed call, whose kernels are still queued when the start event is recorded:
+  otherwise the device idles while the host prepares the sample's first call, and every
+  sample is charged that host time once, which a loop (where the host runs ahead) never
+  sees. ``"cpu"`` is the CPU time of this process and of its finished child processes
+  (a C++ compiler run by inductor): on a shared, loaded machine it is far steadier than
+  the wall clock, which counts the time spent waiting for a core.
 - **Order.** :func:`time_round_robin` times several functions one sample each in turn,
   so clock drift and bursts of load from other processes hit all of them alike (timing
-  them one after another gave +-4% between identical kernels on a GPU).
+  them one after another gave +-4% between identical kernels on a GPU). Each round takes
+  them in a new order (shuffled with a fixed seed): in one fixed order a function always
+  follows the same one, and on a GPU what the previous sample left (clocks lowered by a
+  hot GEMM run, caches) would be charged to the same function in every round.
 - **Garbage collection.** ``gc_off=True`` collects before each sample and keeps the
   cyclic collector off during it (as ``timeit`` does): a collection over thousands of FX
   nodes left by the previous call otherwise lands in a random sample.
@@ -26,15 +32,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import random
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Clock", "Stopwatch", "Timing", "cpu_seconds", "quiet_gc", "time_calls", "time_round_robin"]
+__all__ = ["Clock", "Order", "Stopwatch", "Timing", "cpu_seconds", "quiet_gc", "time_calls", "time_round_robin"]
 
 Clock = Literal["wall", "cpu"]
+Order = Literal["shuffled", "fixed"]
 
 _CUDA_CALLS_PER_SAMPLE = 10  # enough back-to-back calls to hide the host between kernels
 
@@ -132,6 +140,7 @@ def _sample(fn: Callable[[], Any], device: str, clock: Clock, calls: int, gc_off
             import torch
 
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            fn()  # untimed: the device is busy when timing starts (see the module docstring)
             start.record()
             for _ in range(calls):
                 fn()
@@ -187,8 +196,14 @@ def time_round_robin(
     gc_off: bool = False,
     errors: dict[str, BaseException] | None = None,
     progress: Callable[[], None] | None = None,
+    order: Order = "shuffled",
+    seed: int = 0,
 ) -> dict[str, Timing]:
     """Time each of ``fns`` once per round, in turn, for ``rounds`` rounds.
+
+    ``order="shuffled"`` (the default) takes each round in a new order drawn with
+    ``seed``, so that no function always follows the same one; ``"fixed"`` keeps the
+    order of ``fns`` in every round.
 
     A function that raises propagates its error, unless ``errors`` is a dict: then the
     exception is stored there under the function's name, the function is left out of
@@ -198,6 +213,9 @@ def time_round_robin(
     _check(device, clock)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if order not in ("shuffled", "fixed"):
+        raise ValueError(f"order must be 'shuffled' or 'fixed', got {order!r}")
+    shuffle = random.Random(seed).shuffle
     per_sample = _calls_per_sample(device, calls_per_sample)
     live = dict(fns)
     samples: dict[str, list[float]] = {name: [] for name in live}
@@ -218,7 +236,10 @@ def time_round_robin(
                 attempt(name, fn)
     _synchronize(device)
     for _ in range(rounds):
-        for name, fn in list(live.items()):
+        turn = list(live.items())
+        if order == "shuffled":
+            shuffle(turn)
+        for name, fn in turn:
             value = attempt(name, lambda fn=fn: _sample(fn, device, clock, per_sample, gc_off))
             if name in live:
                 samples[name].append(value)
