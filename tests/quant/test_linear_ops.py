@@ -201,3 +201,29 @@ def test_nvfp4_linear_takes_bf16_and_refuses_fp32_as_tes_kernels() -> None:
     assert x.grad.dtype == torch.bfloat16 and bf16.weight.grad.abs().sum() > 0
     allowed = Linear(64, 32, recipe=get_recipe("nvfp4", rht_any_input_dtype=True))
     assert allowed(torch.randn(32, 64)).shape == (32, 32)
+
+
+@pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
+def test_an_assigned_quantizer_is_used_and_drops_the_cached_weight(fake_impl: str) -> None:
+    # Replacing the weight quantizer after construction: the layer must compute with the
+    # new one, and a weight cached by the old one must not be reused.
+    from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
+    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer as Current
+
+    x = torch.randn(32, 256, generator=torch.Generator().manual_seed(0))
+    # same buffers as the old cache (it used to be reused silently), other dtype, other class
+    for new in (Current(force_pow_2_scales=True), Current(torch.float8_e5m2), Float8BlockQuantizer(block_scaling_dim=2)):
+        layer = Linear(256, 128, bias=False, recipe="fp8_current", fake_impl=fake_impl)
+        reference = Linear(256, 128, bias=False, fake_impl=fake_impl,
+                           recipe=Recipe("assigned", Current, lambda new=new: new, lambda: Current(torch.float8_e5m2)))
+        reference.load_state_dict(layer.state_dict())
+        with torch.no_grad():
+            old_cached = layer(x, is_first_microbatch=True)
+            layer.weight_quantizer = new
+            assert layer._weight_cache is None
+            expected = reference(x)
+            assert torch.equal(layer(x, is_first_microbatch=False), expected)  # a miss: quantized anew
+            assert torch.equal(layer(x, is_first_microbatch=False), expected)  # the new cache
+            assert not torch.equal(old_cached, expected)
+    with pytest.raises(TypeError, match="Linear.grad_quantizer must be a Quantizer, got str"):
+        layer.grad_quantizer = "e5m2"

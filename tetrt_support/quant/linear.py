@@ -28,6 +28,11 @@ cache with more than a later call needs is reused. No cache yet, or one lacking 
 column-wise copy a later call needs (cached without gradients, then used in training),
 is a cache miss, as TE's ``quantize_weight`` treats a missing workspace or one without
 the needed usage: the weight is quantized afresh and that copy becomes the cache.
+
+The quantizers may be replaced (``layer.weight_quantizer = Float8CurrentScalingQuantizer(
+torch.float8_e5m2)``): the layer then takes the custom ops typed for the new classes,
+rebuilds its templates of the quantized weight, and drops the cached weight, which the old
+quantizer made (reusing it would compute with the old format, or fail on its buffers).
 """
 
 from __future__ import annotations
@@ -39,7 +44,11 @@ import torch
 from tetrt_support.quant.fake_impls import get_strategy
 from tetrt_support.quant.ops import linear_ops, with_usage
 from tetrt_support.quant.recipes import Recipe, as_recipe
-from tetrt_support.quant.base import QuantizedTensor
+from tetrt_support.quant.base import QuantizedTensor, Quantizer
+
+
+#: the Linear's quantizer attributes; assigning one re-derives what depends on it
+_QUANTIZER_FIELDS = ("input_quantizer", "weight_quantizer", "grad_quantizer")
 
 
 class Linear(torch.nn.Module):
@@ -83,6 +92,22 @@ class Linear(torch.nn.Module):
                                           self.weight.shape, self.weight.dtype, "meta")
             for columnwise in (False, True)
         )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in _QUANTIZER_FIELDS and "_ops" in self.__dict__:
+            self._use_quantizers()
+
+    def _use_quantizers(self) -> None:
+        """After a quantizer is assigned: the custom ops typed for the quantizers' classes,
+        fresh weight templates, and no cached weight (it was quantized by the old one)."""
+        quantizers = tuple(getattr(self, field) for field in _QUANTIZER_FIELDS)
+        bad = next((f for f, q in zip(_QUANTIZER_FIELDS, quantizers) if not isinstance(q, Quantizer)), None)
+        if bad is not None:
+            raise TypeError(f"Linear.{bad} must be a Quantizer, got {type(getattr(self, bad)).__name__}")
+        self._ops = linear_ops(*(type(q) for q in quantizers), self.fake_impl)
+        self._weight_templates = self._make_weight_templates()
+        self._weight_cache = None
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         result = super()._apply(fn, recurse)
