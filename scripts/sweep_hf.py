@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     record = {
         "benchmark": "hf_sweep",
-        "command": "python scripts/sweep_hf.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(["python scripts/sweep_hf.py", *(argv if argv is not None else sys.argv[1:])]),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
         "tolerance": 1e-4,
         "rows": rows,
