@@ -5,9 +5,9 @@ The compiler is the ordered list :data:`PASSES`; each pass is a function
 (the exported program, the chosen engine and strategy, and what earlier passes found).
 Read top to bottom, the list is the whole pipeline, as Torch-TensorRT's lowering pass
 lists are: drop export's guard call, lower complex arithmetic to real ``[..., 2]``
-arithmetic, fold what is constant, partition into engine and PyTorch fallback blocks, build and check the
-engine blocks, put complex I/O adapters at the edge, keep the exported signature, check
-the inputs first, and return a :class:`CompiledModule`. Each pass's docstring says why it
+arithmetic, fold what is constant, partition into engine and PyTorch fallback blocks,
+build and check the engine blocks, put complex I/O adapters at the edge, keep the exported
+signature, check the inputs first, and return a :class:`CompiledModule`. Each pass's docstring says why it
 is there; the list itself is the one place that says in which order.
 
 :mod:`tetrt_support.history` runs other pass lists over the same passes to re-enact the
@@ -50,7 +50,6 @@ from tetrt_support.compiler.partition import (
     blocks_summary,
     partition,
 )
-from tetrt_support.compiler.constant_folding import FOLDED_KEY
 from tetrt_support.compiler.refit import BLOCK_WEIGHTS_KEY, WEIGHTS_KEY, record_refit_weights
 from tetrt_support.compiler.settings import DEFAULT_BACKEND, MIN_BLOCK_SIZE, CompilationSettings
 from tetrt_support.complex import lower
@@ -278,7 +277,7 @@ def as_compiled_module(gm: fx.GraphModule, ctx: CompileContext) -> CompiledModul
     compiled.meta[COMPLEX_IO_KEY] = {"inputs": list(ctx.complex_inputs), "outputs": list(ctx.complex_outputs)}
     compiled.meta["tetrt_backend"] = ctx.backend
     compiled.meta["tetrt_strategy"] = ctx.strategy
-    for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY, FOLDED_KEY):  # what refit_module_weights needs
+    for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY, constant_folding.FOLDED_KEY):  # what refit_module_weights needs
         if key in gm.meta:
             compiled.meta[key] = gm.meta[key]
     return compiled

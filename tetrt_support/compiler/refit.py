@@ -16,9 +16,10 @@ as its ``view_as_real`` (the lowering's ``[..., 2]`` layout), a float64 one as f
 inside an engine block built with ``truncate_double``. Values the compile folded from
 weights (:mod:`~tetrt_support.compiler.constant_folding`: RoPE's frequency planes, a mask)
 are computed again from the new weights by the folded constant subgraph, as
-Torch-TensorRT's refit lowers the new program again, and replaced the same way. Each block must find ALL the
-weights it was built with (recorded per block by the same pass): an engine
-that keeps its weights where refit cannot reach them (a TensorRT plan) raises, naming it.
+Torch-TensorRT's refit lowers the new program again, and replaced the same way. Each
+block must find ALL the weights it was built with (recorded per block by the same pass):
+an engine that keeps its weights where refit cannot reach them (a TensorRT plan) raises,
+naming it.
 
 As in Torch-TensorRT, ``in_place=False`` (the default) refits a deep copy and returns it;
 ``in_place=True`` refits ``compiled`` itself. Tensors are replaced, never written into:

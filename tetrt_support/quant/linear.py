@@ -75,10 +75,9 @@ class Linear(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, **factory))
         self.bias = torch.nn.Parameter(torch.empty(out_features, **factory)) if bias else None
         self.input_quantizer, self.weight_quantizer, self.grad_quantizer = quantizers
-        self._ops = linear_ops(*(type(q) for q in quantizers), fake_impl)
         self._weight_cache: QuantizedTensor | None = None
         self._weight_cache_columnwise = False  # whether the cache holds the dgrad copy
-        self._weight_templates = self._make_weight_templates()
+        self._use_quantizers()  # the ops, the weight templates
         self.reset_parameters()
 
     def _make_weight_templates(self) -> tuple[object, object]:
@@ -99,8 +98,8 @@ class Linear(torch.nn.Module):
             self._use_quantizers()
 
     def _use_quantizers(self) -> None:
-        """After a quantizer is assigned: the custom ops typed for the quantizers' classes,
-        fresh weight templates, and no cached weight (it was quantized by the old one)."""
+        """What depends on the quantizers: the custom ops typed for their classes, the weight
+        templates, and no cached weight (after an assignment, the old quantizer made it)."""
         quantizers = tuple(getattr(self, field) for field in _QUANTIZER_FIELDS)
         bad = next((f for f, q in zip(_QUANTIZER_FIELDS, quantizers) if not isinstance(q, Quantizer)), None)
         if bad is not None:
