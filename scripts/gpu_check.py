@@ -7,7 +7,8 @@
    :mod:`tetrt_support.quant.numerics`, run on the CPU on the same inputs: every output
    buffer must be equal byte for byte (NaN compared as NaN). Inputs: random bf16 and
    fp32 tensors of several shapes (partial tiles included), and the same with special
-   values (NaN, +-inf, zeros, subnormals, values at the formats' limits). The eager
+   values (NaN, +-inf, zeros, subnormals, values at the formats' limits); and the E2M1
+   encoding (nearest-even and stochastic) of every bf16 value. The eager
    PyTorch reference run on the GPU is compared too, for information: it is NOT always
    the CPU's bytes (CUDA's ``tensor / scalar`` multiplies by a rounded reciprocal).
 2. The quantizers' own CUDA path (whatever ``quantize`` runs there) against the same
@@ -181,6 +182,24 @@ def check_kernels(results: list[dict[str, Any]], shapes: list[tuple[int, int]] |
                     ref = N.e2m1_decode(N.unpack_fp4(ra)) * N.expand_block_scales(rb.float(), 1, 16, tuple(x.shape))
                     compare(f"nvfp4 bf16 operand {tag}", {"operand": op, "operand_as_fp32": op.float()},
                             {"operand": ref.to(torch.bfloat16), "operand_as_fp32": ref}, None, results)
+
+
+def check_e2m1_codes(results: list[dict[str, Any]]) -> None:
+    """The quantize kernels' E2M1 encoding (nearest-even and stochastic) over every bf16
+    value, as fp32, against ``numerics`` on the CPU: every midpoint, grid value and
+    neighbour, the saturating range, +-inf and NaN."""
+    from tetrt_support.quant import numerics as N
+    from tetrt_support.quant.kernels import nvfp4 as NV
+
+    values = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    clamped = values.clamp(-6.0, 6.0)
+    compare("e2m1 codes, every bf16 value", {"codes": NV.e2m1_codes(values.cuda())},
+            {"codes": N.e2m1_encode(clamped)}, None, results)
+    u = torch.rand(values.shape, generator=torch.Generator().manual_seed(3))
+    u[::5] = 0.5
+    u[1::5] = 0.0
+    compare("e2m1 stochastic codes, every bf16 value", {"codes": NV.e2m1_codes(values.cuda(), u.cuda())},
+            {"codes": N.e2m1_encode_stochastic(clamped, u)}, None, results)
 
 
 def check_quantizers(results: list[dict[str, Any]]) -> None:
@@ -461,6 +480,7 @@ def main() -> int:
         os.environ["TETRT_KERNELS_AUTOTUNE"] = "0"
         try:
             check_kernels(kernel_rows)
+            check_e2m1_codes(kernel_rows)
         finally:
             os.environ["TETRT_KERNELS_AUTOTUNE"] = "1"
 

@@ -102,6 +102,22 @@ CHILD = textwrap.dedent(
                 h = N.random_hadamard_matrix(mask)
                 out[f"rht transpose {tag}"] = [same(rht_transpose(v, mask), N.apply_hadamard(v.t().contiguous(), h))
                                                for v in (x, zeros)]
+    # E2M1 encoding, element by element: every bf16 value of magnitude up to 8 (so every
+    # midpoint and grid value, and their neighbours), fp32 neighbours of the midpoints,
+    # +-inf and NaN; stochastically with draws that hit the fractions exactly too.
+    every_bf16 = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 2.0, 4.0])
+    near = torch.cat([torch.nextafter(mids, torch.tensor(0.0)), mids, torch.nextafter(mids, torch.tensor(9.0))])
+    values = torch.cat([every_bf16[every_bf16.abs() <= 8], near, -near, every_bf16[every_bf16.isnan()][:2],
+                        torch.tensor([float("inf"), -float("inf"), 1e30, -0.0, 0.0, 1e-40])])
+    clamped = values.clamp(-6.0, 6.0)
+    out["e2m1 nearest-even codes"] = [same(NV.e2m1_codes(values), N.e2m1_encode(clamped))]
+    for seed_u in range(3):
+        u = torch.rand(values.shape, generator=torch.Generator().manual_seed(seed_u))
+        u[::7] = 0.5
+        u[1::7] = 0.0
+        out["e2m1 stochastic codes"] = out.get("e2m1 stochastic codes", []) + [
+            same(NV.e2m1_codes(values, u), N.e2m1_encode_stochastic(clamped, u))]
     g = torch.Generator().manual_seed(5)
     a = (torch.randint(-6, 7, (64, 96), generator=g).float() / 4).to(torch.bfloat16)
     b = (torch.randint(-6, 7, (32, 96), generator=g).float() / 2).to(torch.bfloat16)
@@ -186,7 +202,7 @@ def interpreted() -> dict[str, list[bool]]:
     return json.loads(lines[-1][len("RESULT"):])
 
 
-FAMILIES = ("current", "blockwise", "mxfp8", "nvfp4", "transpose", "rht transpose", "emulated_mm", "dispatch quantize",
+FAMILIES = ("current", "blockwise", "mxfp8", "nvfp4", "e2m1", "transpose", "rht transpose", "emulated_mm", "dispatch quantize",
             "dispatch linear")
 
 

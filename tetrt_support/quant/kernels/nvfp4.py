@@ -57,30 +57,78 @@ def global_scales(amax):
 
 
 @triton.jit
+def _e2m1_magnitude(v):
+    """|v| saturated at 6, NaN -> 6 (TE's cvt.satfinite: NaN becomes +6)."""
+    return tl.where(v != v, 6.0, tl.minimum(tl.abs(v), 6.0))
+
+
+@triton.jit
 def _e2m1_codes(v):
-    """``numerics.e2m1_encode`` of values already clamped to [-6, 6] (NaN -> code 7, +6, as TE's cvt.satfinite)."""
-    m = tl.where(v != v, 6.0, tl.abs(v))
-    index = ((m > 0.25).to(tl.int32) + (m >= 0.75).to(tl.int32) + (m > 1.25).to(tl.int32)
-             + (m >= 1.75).to(tl.int32) + (m > 2.5).to(tl.int32) + (m >= 3.5).to(tl.int32)
-             + (m > 5.0).to(tl.int32))
+    """``numerics.e2m1_encode(clamp(v, -6, 6))``: round-to-nearest-even E2M1 codes of fp32
+    values of any magnitude (+-inf -> +-6, NaN -> code 7).
+
+    By rounding instead of comparing against the seven midpoints (the kernels are bound
+    by these instructions, not by memory): below 1 (the subnormal step of 0.5) the code
+    is ``rint(2 |v|)``, from adding 1.5 * 2**23 and reading the integer off the bits
+    (0.25 -> 0, 0.75 -> 2: ties to even); from 1 up, the fp32 bits are rounded to one
+    mantissa bit (ties to even) and the code is exponent and that bit, rebiased."""
+    m = _e2m1_magnitude(v)
+    below_one = (m * 2.0 + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000
+    bits = m.to(tl.int32, bitcast=True)
+    from_one = ((bits + 0x1FFFFF + ((bits >> 22) & 1)) >> 22) - 252
+    index = tl.where(m < 1.0, below_one, from_one)
     return tl.where(v < 0.0, index | 8, index)
 
 
 @triton.jit
 def _e2m1_codes_stochastic(v, u):
-    """``numerics.e2m1_encode_stochastic``: round away from zero with probability equal to
-    the distance from the lower grid value over the gap (both exact in fp32)."""
-    m = tl.minimum(tl.where(v != v, 6.0, tl.abs(v)), 6.0)  # NaN -> +6, as numerics.e2m1_encode_stochastic
-    lower = ((m >= 0.5).to(tl.int32) + (m >= 1.0).to(tl.int32) + (m >= 1.5).to(tl.int32) + (m >= 2.0).to(tl.int32)
-             + (m >= 3.0).to(tl.int32) + (m >= 4.0).to(tl.int32) + (m >= 6.0).to(tl.int32))
-    value_lower = tl.where(lower < 4, lower.to(tl.float32) * 0.5,
-                           tl.where(lower == 4, 2.0, tl.where(lower == 5, 3.0, tl.where(lower == 6, 4.0, 6.0))))
-    # (m - lower value) / gap: the gap is a power of two, so times its reciprocal is the same
-    # exact quotient without a division per element (0 above 6, where there is no gap)
-    inverse_gap = tl.where(lower < 4, 2.0, tl.where(lower < 6, 1.0, tl.where(lower == 6, 0.5, 0.0)))
+    """``numerics.e2m1_encode_stochastic(clamp(v, -6, 6), u)``: round away from zero with
+    probability equal to the distance from the lower grid value over the gap.
+
+    The lower grid value is the magnitude truncated to the grid (below 1: ``trunc(2 |v|)``
+    halves; from 1 up: the fp32 bits cut to one mantissa bit), the gap a power of two
+    (0.5 below 2, then the exponent's step), so ``(m - lower) * (1 / gap)`` is the
+    reference's exact quotient; at 6 both are 0 (no step above)."""
+    m = _e2m1_magnitude(v)
+    bits = m.to(tl.int32, bitcast=True)
+    below_one = m < 1.0
+    halves = (m * 2.0).to(tl.int32)  # 0 or 1 below 1
+    lower = tl.where(below_one, halves, (bits >> 22) - 252)
+    value_lower = tl.where(below_one, halves.to(tl.float32) * 0.5, (bits & 0x7FC00000).to(tl.float32, bitcast=True))
+    inverse_gap = tl.where(below_one, 2.0, ((255 - (bits >> 23)) << 23).to(tl.float32, bitcast=True))
     fraction = (m - value_lower) * inverse_gap
     index = tl.where(u < fraction, tl.minimum(lower + 1, 7), lower)
     return tl.where(v < 0.0, index | 8, index)
+
+
+@triton.jit
+def _codes_kernel(v_ptr, u_ptr, out_ptr, n, STOCHASTIC: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    v = tl.load(v_ptr + offs, mask=mask, other=0.0)
+    if STOCHASTIC:
+        codes = _e2m1_codes_stochastic(v, tl.load(u_ptr + offs, mask=mask, other=0.0))
+    else:
+        codes = _e2m1_codes(v)
+    tl.store(out_ptr + offs, codes.to(tl.uint8), mask=mask)
+
+
+def e2m1_codes(values: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
+    """The E2M1 codes (uint8) the quantize kernel gives fp32 ``values`` (any magnitude),
+    by nearest-even rounding or, with ``uniform`` (same shape, in [0, 1)), stochastically.
+
+    The kernels' own encoding, element by element, so it can be checked over whole value
+    ranges against ``numerics.e2m1_encode`` / ``e2m1_encode_stochastic`` of the clamped
+    values (the tests, under the interpreter; ``scripts/gpu_check.py``, on the GPU)."""
+    v = values.detach().float().contiguous().reshape(-1)
+    u = v if uniform is None else uniform.detach().float().contiguous().reshape(-1)
+    if u.numel() != v.numel():
+        raise ValueError(f"e2m1_codes: uniform has {u.numel()} elements, values {v.numel()}")
+    out = torch.empty(v.shape, dtype=torch.uint8, device=v.device)
+    if v.numel():
+        _codes_kernel[(triton.cdiv(v.numel(), 1024),)](v, u, out, v.numel(), STOCHASTIC=uniform is not None,
+                                                        BLOCK_SIZE=1024, num_warps=4)
+    return out.reshape(values.shape)
 
 
 # Philox4x32-10's constants, as the reference (quant/philox.py) defines them
@@ -143,9 +191,9 @@ def _quantize_rows(x, encode_global, decode_global, R: tl.constexpr, C: tl.const
                            3.4028234663852886e38)
     scaled = tl.reshape(tl.reshape(x, (R, C // 16, 16)) * encode[:, :, None], (R, C))
     if STOCHASTIC:
-        codes = _e2m1_codes_stochastic(clamp_keep_nan(scaled, 6.0), u)
+        codes = _e2m1_codes_stochastic(scaled, u)
     else:
-        codes = _e2m1_codes(clamp_keep_nan(scaled, 6.0))
+        codes = _e2m1_codes(scaled)
     low, high = tl.split(tl.reshape(codes, (R, C // 2, 2)))
     return (low | (high << 4)).to(tl.uint8), decode
 
