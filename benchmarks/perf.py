@@ -18,7 +18,8 @@ Suites, and the file each writes under ``benchmarks/results/``:
 - ``train_step`` (:mod:`benchmarks.train_step`, CUDA only) -> ``train_step_cuda.json``: one
   quantized Linear's compiled training step per recipe against bf16 and torchao's float8
   (the ``bench`` extra), and the FP8 forward against raw ``torch._scaled_mm``; ``--modes
-  default,reduce-overhead`` adds CUDA-graph mode, ``--profile DIR`` kernel and host profiles,
+  default,reduce-overhead,cuda-graph-step`` adds torch.compile's CUDA graphs and the whole
+  step as one CUDA graph, ``--profile DIR`` kernel and host profiles,
   ``--reference-too`` the reference quantizers;
 - ``loss_study`` (:mod:`benchmarks.loss_study`, either device) -> ``loss_curves_<device>.json``:
   a small transformer trained with bf16 and every recipe, the loss of every step. Runs by
@@ -149,7 +150,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--sizes", default=None, help="train_step sizes TxKxN, comma-separated")
     training.add_argument("--rounds", type=int, default=None, help="train_step, llama4: round-robin rounds (samples) per variant")
     training.add_argument("--modes", default="default", help="train_step: torch.compile modes, comma-separated "
-                          "(default, reduce-overhead = CUDA graphs)")
+                          "(default; reduce-overhead = torch.compile's CUDA graphs; cuda-graph-step = the compiled "
+                          "step, forward and backward, captured into one CUDA graph)")
     training.add_argument("--profile", type=pathlib.Path, default=None, help="train_step: write kernel and host profiles here")
     training.add_argument("--profile-variant", default="fp8_current",
                           help="train_step: comma-separated VARIANT or VARIANT@TxKxN to profile (default size: the first)")

@@ -6,7 +6,12 @@
 
 (``python -m benchmarks.train_step ARGS`` is the same command.) One step: ``y = layer(x);
 y.backward(dy)`` for one Linear without bias, bf16 weight and activations, the layer
-``torch.compile``d (inductor), gradients reset to None before each step. Variants: ``bf16``
+``torch.compile``d (inductor), gradients reset to None before each step. ``--modes``:
+``default``, torch.compile's other modes (``reduce-overhead``: its CUDA graphs, one per
+forward and per backward, each replay checked by the host), and ``cuda-graph-step``: the
+default-mode step, forward and backward, captured into ONE CUDA graph and replayed (what
+the GPU spends with the host out of the way; the small size is bound by the host in the
+other modes). Variants: ``bf16``
 (``torch.nn.Linear``), ``torchao_float8_tensorwise`` (torchao's float8 training, tensorwise
 recipe; benchmark-only, from the optional ``bench`` extra) and this project's recipes
 (``fp8_current``, ``fp8_block``, ``mxfp8``, ``nvfp4``; MXFP8 and NVFP4 emulated on Hopper).
@@ -74,13 +79,23 @@ def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.M
     return layer
 
 
+# Not a torch.compile mode: the compiled (default-mode) step captured whole -- forward and
+# backward -- into one CUDA graph and replayed, as PyTorch's whole-network capture recipe
+# does. One replay is one launch, so the ratios are the GPU's work without the host's.
+WHOLE_STEP_GRAPH = "cuda-graph-step"
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", WHOLE_STEP_GRAPH)
+
+
 def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "default") -> Callable[[], None]:
+    if mode not in MODES:
+        raise ValueError(f"train_step: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     g = torch.Generator(device="cuda").manual_seed(seed)
     weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
     x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
     dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16, generator=g)
     layer = make_layer(variant, k, n, weight)
-    compiled = torch.compile(layer, fullgraph=True, mode=None if mode == "default" else mode)
+    compile_mode = None if mode in ("default", WHOLE_STEP_GRAPH) else mode
+    compiled = torch.compile(layer, fullgraph=True, mode=compile_mode)
     params = list(layer.parameters())
 
     def step() -> None:
@@ -89,7 +104,26 @@ def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "de
         x.grad = None
         compiled(x).backward(dy)
 
-    return step
+    return whole_step_graph(step) if mode == WHOLE_STEP_GRAPH else step
+
+
+def whole_step_graph(step: Callable[[], None], warmup: int = 3) -> Callable[[], None]:
+    """``step`` recorded into one ``torch.cuda.CUDAGraph``; returns its replay.
+
+    Warm-up runs on a side stream first (compilation, autotuning, the allocator's pools),
+    as ``torch.cuda.graph`` requires. The gradients the capture allocates live in the
+    graph's pool and every replay overwrites them in place. A step that synchronises with
+    the host, or copies from it, fails here with CUDA's capture error."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
 
 
 def host_ms_per_step(step: Callable[[], None], steps: int = 20) -> float:
@@ -258,6 +292,15 @@ QUICK_SIZES = ("2048x1024x1024",)
 STEP = "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor"
 
 
+def step_description(mode: str) -> str:
+    """What one timed step of ``mode`` is, as the results file records it."""
+    if mode == "default":
+        return STEP
+    if mode == WHOLE_STEP_GRAPH:
+        return f"{STEP}, the whole step captured into one CUDA graph (torch.cuda.graph) and replayed"
+    return f"{STEP}, mode={mode!r}"
+
+
 def run(quick: bool = False, *, sizes: list[str] | None = None, variants: list[str] | None = None,
         rounds: int | None = None, modes: list[str] | None = None, profile_dir: pathlib.Path | None = None,
         profile_variants: list[str] | None = None, reference_too: bool = False, forward_size: int | None = None,
@@ -284,7 +327,7 @@ def run(quick: bool = False, *, sizes: list[str] | None = None, variants: list[s
 
     for mode in modes or ["default"]:
         suite = "train_step" if mode == "default" else f"train_step_{mode}"
-        section = result["suites"][suite] = {"step": STEP if mode == "default" else f"{STEP}, mode={mode!r}", "sizes": {}}
+        section = result["suites"][suite] = {"step": step_description(mode), "sizes": {}}
         for size in sizes:
             section["sizes"][size] = bench_size(size, variants, rounds, mode)
             save()
