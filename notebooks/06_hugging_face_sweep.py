@@ -53,8 +53,9 @@ rows_table(record["rows"])
 
 # %% [markdown]
 # Inductor, every family, swept separately (`--engines inductor`): each case compiles its engine
-# block with inductor on first call, 3 to 49 s a case on the two shared cores here, so the
-# 44 cases took about 13 minutes of the sweep's own timing.
+# block with inductor on first call, 2 to 54 s a case on the two shared cores here (another
+# job shared them for part of this run), so the 44 cases took about 11 minutes of the sweep's own
+# timing. This run's pipeline folds constants after the complex lowering.
 
 # %%
 inductor = results.load(results.RESULTS_DIR / "hf_sweep_inductor.json", "hf_sweep")
