@@ -189,15 +189,15 @@ steps = results.load(f"{RESULTS}/train_step_cuda.json", "train_step")
 print(*wrap_lines("file: " + perf.machine_line(steps)), sep="\n")
 
 # %%
-STEP_SUITES = ("train_step", "train_step_reduce-overhead", "train_step_cuda-graph-step")
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.9), sharey=True)
-for ax, suite in zip(axes, STEP_SUITES):
+suites = training.step_suites(steps)
+fig, axes = plt.subplots(1, len(suites), figsize=(13, 3.9), sharey=True)
+for ax, suite in zip(axes, suites):
     training.plot_step_speedups(ax, steps, suite)
 fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=9)
 fig.suptitle("speedup over bf16 (H200); black ticks: targets; dotted: bf16", fontsize=10)
 plt.tight_layout(rect=(0, 0.07, 1, 1))
 plt.show()
-display(*(training.step_table(steps, suite) for suite in STEP_SUITES))
+display(*(training.step_table(steps, suite) for suite in suites))
 
 # %% [markdown]
 # **Targets.** The ratios this work set out to reach, judged on this one run in each of the
@@ -253,9 +253,7 @@ display(training.host_breakdown_table(steps))
 #   and their multiply-and-cast pass 0.12 ms; the quantize kernel takes 0.31 ms for five
 #   calls, down from 0.42 ms in a run of the previous code this session (not stored). The
 #   kernel is bound by its instructions, not by memory, and E2M1 codes are now computed by
-#   rounding the bits instead of comparing against seven midpoints. The GPU check's kernel
-#   times agree: NVFP4 both layouts at 8192 x 4096 take 129.3 us, 142.6 us in the stored file
-#   before this one.
+#   rounding the bits instead of comparing against seven midpoints.
 
 # %% [markdown]
 # ## 5. Do the recipes train like bf16? A loss study

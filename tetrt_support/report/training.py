@@ -31,6 +31,7 @@ __all__ = [
     "plot_step_speedups",
     "running_mean",
     "step_speedups",
+    "step_suites",
     "step_table",
     "step_target_table",
 ]
@@ -58,11 +59,9 @@ _FORWARD_NAMES = {"fp8_current_forward": "FP8 forward / raw _scaled_mm",
 # The suites of the step, one per way of running it: torch.compile's default mode, its
 # CUDA graphs (reduce-overhead: one graph per forward and per backward, each replay checked
 # by the host) and the whole compiled step captured into one CUDA graph (the GPU's time
-# with the host out of the way). Column headers as the tables print them.
-_MODES = {"train_step": "default", "train_step_reduce-overhead": "reduce-overhead",
-          "train_step_cuda-graph-step": "cuda-graph-step"}
-_MODE_HEADERS = {"train_step": "default", "train_step_reduce-overhead": "reduce-overhead",
-                 "train_step_cuda-graph-step": "one CUDA graph"}
+# with the host out of the way), each with the label the tables print for it.
+_MODE_LABELS = {"train_step": "default", "train_step_reduce-overhead": "reduce-overhead",
+                "train_step_cuda-graph-step": "one CUDA graph"}
 
 
 def _is_gpu(result: Mapping[str, Any]) -> bool:
@@ -116,7 +115,7 @@ def step_table(result: Mapping[str, Any], suite: str = "train_step") -> Table:
 def _mode_title(suite: str) -> str:
     if suite == "train_step_cuda-graph-step":
         return "the whole step as one CUDA graph"
-    return f"torch.compile mode {_MODES.get(suite, suite)!r}"
+    return f"torch.compile mode {_MODE_LABELS.get(suite, suite)!r}"
 
 
 def _verdict(value: float | None, target: float) -> str:
@@ -125,14 +124,15 @@ def _verdict(value: float | None, target: float) -> str:
     return "met" if value >= target else "MISSED"
 
 
-def _step_suites(result: Mapping[str, Any]) -> list[str]:
-    """The step suites this file holds, in the order of :data:`_MODES`."""
-    return [suite for suite in _MODES if "sizes" in result["suites"].get(suite, {})]
+def step_suites(result: Mapping[str, Any]) -> list[str]:
+    """The step suites this file holds (default mode first, then reduce-overhead, then the
+    whole step as one CUDA graph)."""
+    return [suite for suite in _MODE_LABELS if "sizes" in result["suites"].get(suite, {})]
 
 
 def _target_rows(result: Mapping[str, Any]) -> list[tuple[str, str, float, dict[str, float | None]]]:
     """(target, size, needed, {suite: value}) for every target; the forward has one value."""
-    suites = _step_suites(result)
+    suites = step_suites(result)
     speeds = {suite: step_speedups(result, suite) for suite in suites}
     rows = []
     for variant, targets in STEP_TARGETS.items():
@@ -156,7 +156,7 @@ def step_target_table(result: Mapping[str, Any]) -> Table:
     """Every target with the measured ratio and verdict in each way the step was run (the
     forward is measured once, in the default column)."""
     gpu = _is_gpu(result)
-    suites = _step_suites(result)
+    suites = step_suites(result)
 
     def cell(value: float | None, needed: float) -> str:
         if value is None:
@@ -165,7 +165,7 @@ def step_target_table(result: Mapping[str, Any]) -> Table:
 
     rows = [[name, size, f">= {needed}x", *(cell(values.get(suite), needed) for suite in suites)]
             for name, size, needed, values in _target_rows(result)]
-    headers = ["ratio", "size", "needed"] + [_MODE_HEADERS[suite] for suite in suites]
+    headers = ["ratio", "size", "needed"] + [_MODE_LABELS[suite] for suite in suites]
     title = "targets: the ratio and its verdict, within one run, per way of running the step"
     return Table(rows, headers, title=title + ("" if gpu else "; no verdicts: not a GPU file"))
 
@@ -180,7 +180,7 @@ def missed_targets(result: Mapping[str, Any]) -> list[str]:
         measured = {suite: v for suite, v in values.items() if v is not None}
         if measured and all(v >= needed for v in measured.values()):
             continue
-        figures = "; ".join(f"{_MODE_HEADERS[suite]} {v:.3f}x ({_verdict(v, needed)})" for suite, v in measured.items())
+        figures = "; ".join(f"{_MODE_LABELS[suite]} {v:.3f}x ({_verdict(v, needed)})" for suite, v in measured.items())
         lines.append(f"MISSED {name} at {size}, target >= {needed}x: {figures or 'not measured'}")
     return lines or ["every target met in every way the step was run"]
 
