@@ -17,7 +17,9 @@ recipe; benchmark-only, from the optional ``bench`` extra) and this project's re
 (``fp8_current``, ``fp8_block``, ``mxfp8``, ``nvfp4``; MXFP8 and NVFP4 emulated on Hopper).
 Sizes ``TxKxN``: T tokens, K in-features, N out-features. All variants of a size are timed
 round-robin in one process (:mod:`tetrt_support.report.timing`), so the ratios to bf16 are
-side by side; a sample is 10 back-to-back steps between CUDA events.
+side by side; a sample is 10 back-to-back steps between CUDA events. Each size records the
+SM clock, the power and nvidia-smi's clock event reasons over its timing
+(:mod:`benchmarks.gpu_clocks`): the H200 runs these steps at its power cap.
 
 Also: the FP8 forward against raw ``torch._scaled_mm`` on already-quantized operands
 (8192^3; with and without a cached weight), an optional profile (``--profile DIR``: the top
@@ -138,6 +140,7 @@ def host_ms_per_step(step: Callable[[], None], steps: int = 20) -> float:
 
 
 def bench_size(size: str, variants: list[str], rounds: int, mode: str = "default") -> dict[str, Any]:
+    from benchmarks.gpu_clocks import ClockSampler
     from tetrt_support.report.timing import time_round_robin
 
     t, k, n = (int(v) for v in size.split("x"))
@@ -155,7 +158,9 @@ def bench_size(size: str, variants: list[str], rounds: int, mode: str = "default
         except Exception as e:  # noqa: BLE001 - one broken variant must not hide the others
             out["variants"][variant] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
     errors: dict[str, BaseException] = {}
-    timings = time_round_robin(fns, rounds=rounds, device="cuda", calls_per_sample=10, warmup=2, errors=errors)
+    with ClockSampler() as clocks:
+        timings = time_round_robin(fns, rounds=rounds, device="cuda", calls_per_sample=10, warmup=2, errors=errors)
+    out["gpu_clocks"] = clocks.summary
     for name, e in errors.items():
         out["variants"][name]["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     flops = 3 * 2 * t * k * n

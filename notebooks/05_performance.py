@@ -220,111 +220,47 @@ display(*(training.profile_table(steps, key) for key in steps["suites"]["profile
 display(training.host_breakdown_table(steps))
 
 # %% [markdown]
+# **The GPU's clock.** nvidia-smi was sampled every 100 ms while each size was timed
+# (`benchmarks/gpu_clocks.py`). The H200 spends most of these steps at its 700 W power cap
+# (clock event reason "SW power cap"), with its SM clock below the 1980 MHz it reaches
+# uncapped:
+
+# %%
+display(training.clock_table(steps))
+
+# %% [markdown]
 # **Reading.** At the large size every step target is met in this run, in all three ways.
-# fp8_current is 1.718x bf16 in the default mode, 1.732x with `reduce-overhead` and 1.716x
-# as one graph, ahead of torchao each time (1.079x, 1.089x and 1.078x its speed). fp8_block,
-# on the native blockwise GEMM, is 1.465x; MXFP8 and NVFP4, emulated, are 0.945x and 0.812x.
+# fp8_current is 1.748x bf16 in the default mode, 1.684x with `reduce-overhead` and 1.769x
+# as one graph, ahead of torchao each time (1.092x, 1.084x and 1.102x its speed). fp8_block,
+# on the native blockwise GEMM, is 1.451-1.470x; MXFP8 and NVFP4, emulated, are
+# 0.951-0.957x and 0.811-0.814x. That size ran at the power cap in 96-100% of the samples.
 #
 # At the small size the three ways differ by the host. In the default mode every recipe of
-# this project is bound by it: the fp8_current profile shows 0.73 ms of kernels under
-# 2.28 ms of host time (the breakdown: each custom op costs about 0.4 ms of host time when
-# called directly). With `reduce-overhead` each step still costs 0.84-0.94 ms of host time
-# for every variant, bf16 included: as long as the bf16 step itself. Captured as one graph a
-# step costs 8-22 us of host time, and the ratios are the GPU's: fp8_current 1.431x bf16
-# (its 0.73 ms of kernels, three FP8 GEMMs of 0.19-0.20 ms each), ahead of torchao's
-# 1.303x. That meets the 1.35x aim, which the host had hidden in the default mode (0.470x)
-# and with `reduce-overhead` (1.319x).
+# this project is bound by it: the fp8_current profile shows 0.74 ms of kernels under
+# 2.34 ms of host time (the breakdown: each custom op costs about 0.4 ms of host time when
+# called directly). Captured as one graph the host is out of the way, and the ratios are the
+# GPU's: fp8_current 1.406x bf16 (0.74 ms of kernels, three FP8 GEMMs of 0.19-0.20 ms each),
+# ahead of torchao's 1.268x. That meets the 1.35x aim, which the host hides in the default
+# mode (0.379x) and with `reduce-overhead` (1.276x). MXFP8 meets its 0.75x in both graph
+# ways (0.755x and 0.775x): its quantize kernel now keeps the column amaxes as an
+# elementwise running maximum over row slabs, 152 us per step for three calls where the
+# previous run's profile had 170 us.
 #
-# The other small-size aims are missed in all three ways:
-# - fp8_block 1.119x (1.2x aimed). Its profile: 0.69 ms in the three blockwise GEMMs (0.22 ms
-#   for forward and dgrad each, 0.26 ms for wgrad, whose operands both carry 1 x 128 scales;
-#   fp8_current's GEMMs take 0.59 ms), 0.17 ms quantizing (3 calls), 0.86 ms of kernels in
-#   all. The one-graph step takes 0.98 ms here.
-# - MXFP8 0.749x (0.75x aimed; 0.783x with `reduce-overhead` in the same run). Its samples
-#   spread most: 1.27 ms at best, 1.46 ms the median.
-# - A probe on another H200 this session (its script is not in the repo) profiled the
-#   replay itself, the variants in turn rather than round-robin, one step per event pair.
-#   There the fp8_block replay took 0.857 ms, the sum of its kernels in the replay
-#   (0.866 ms), against 1.024 ms for bf16: 1.195x. MXFP8 took 1.267 ms (0.808x) and
-#   fp8_current 0.732 ms (1.399x). The graph holds no gaps, then. This stored run measured
-#   fp8_block and MXFP8 12-13% slower than the probe did, bf16 and fp8_current 4-7%
-#   slower. This work did not find the cause.
-# - NVFP4 0.523x (0.75x aimed). Of its 1.79 ms of kernels the emulated GEMMs take 1.00 ms
+# Missed at the small size in all three ways:
+# - fp8_block 1.111x as one graph (1.2x aimed). Its profile: 0.69 ms in the three blockwise
+#   GEMMs (0.21 ms for forward and dgrad each, 0.26 ms for wgrad, whose operands both carry
+#   1 x 128 scales), 0.17 ms quantizing (3 calls), 0.86 ms of kernels in all, against
+#   0.95 ms for its one-graph step.
+# - NVFP4 0.524x (0.75x aimed). Of its 1.79 ms of kernels the emulated GEMMs take 1.00 ms
 #   and their multiply-and-cast pass 0.12 ms; the quantize kernel takes 0.31 ms for five
-#   calls, down from 0.42 ms in a run of the previous code this session (not stored). The
-#   kernel is bound by its instructions, not by memory, and E2M1 codes are now computed by
-#   rounding the bits instead of comparing against seven midpoints.
-
-# %% [markdown]
-# ## 5. Do the recipes train like bf16? A loss study
+#   calls and is bound by its instructions, not by memory.
 #
-# A small decoder-only transformer learns a synthetic language (sequences from a fixed
-# random order-1 Markov chain with 8 likely successors per token, so the lowest reachable
-# loss is the chain's entropy rate). Every recipe starts from the same weights and sees the
-# same batches; every `Linear` of the blocks is this project's quantized Linear with that
-# recipe, while embeddings, norms, attention and the head stay bf16. TransformerEngine
-# cannot run MXFP8 or NVFP4 on Hopper at all: here they run emulated. The curves are running
-# means over 20 steps; the right panels show each recipe's distance to bf16.
-#
-# The CPU study (bottom) is a different, much smaller experiment run on this 2-core machine:
-# the model is shrunk until all five recipes train in minutes, and the per-tensor FP8 GEMM
-# (`torch._scaled_mm` on a CPU) is by far its slowest part. Compare recipes within a study,
-# not the two studies with each other.
-
-# %%
-loss_gpu = results.load(f"{RESULTS}/loss_curves_cuda.json", "loss_study")
-loss_cpu = results.load(f"{RESULTS}/loss_curves_cpu.json", "loss_study")
-for name, study in (("H200", loss_gpu), ("CPU", loss_cpu)):
-    print(*wrap_lines(f"{name} file: {perf.machine_line(study)}"), sep="\n")
-    print(*wrap_lines("; ".join(training.loss_file_contents(study))), sep="\n")
-
-# %%
-fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-training.plot_loss_study(axes[0], loss_gpu)
-training.plot_loss_study(axes[1], loss_cpu)
-fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=9)
-plt.tight_layout(rect=(0, 0.04, 1, 1))
-plt.show()
-display(training.final_loss_table(loss_gpu), training.final_loss_table(loss_cpu))
-print("\n".join(training.loss_claim(study) for study in (loss_gpu, loss_cpu)))
-
-# %% [markdown]
-# **Reading.** On this task every recipe tracks bf16 closely, in both studies: the lines
-# above give the largest gap. The task is easy: a harder one (a larger vocabulary, a longer
-# run) would separate the recipes more. The wall times are of an eager training loop and say
-# nothing about kernel speed (section 4 does); on the CPU they mostly measure how slow
-# `torch._scaled_mm` and the reference quantizers are there.
-
-# %% [markdown]
-# ## 6. The same on this 2-core CPU
-#
-# Smaller sizes, a loaded shared machine, two threads. The picture is different: the CPU
-# is not memory-bound at these sizes, inductor's C++ code for the lowered graph is slower
-# than ATen's complex kernels, and lowering is no speed-up here (notebook 01 says so too).
-# No targets apply to the CPU.
-
-# %%
-display(perf.rope_table(cpu), perf.attention_table(cpu), perf.linear_table(cpu))
-print(*wrap_lines("\n".join(perf.target_claims(cpu))), sep="\n")
-
-# %% [markdown]
-# ## 7. Lowering time against graph size (CPU)
-#
-# HF Llama 4 with 2 to 32 layers, lowered by both strategies and by torch's own
-# `decompose_complex_in_graph` (stored by `python -m benchmarks.perf --suites lowering`;
-# notebook 01 shows the same file).
-
-# %%
-bench = results.load(f"{RESULTS}/lowering.json", "lowering")
-fig, ax = plt.subplots(figsize=(6.5, 3.4))
-for name, (layers, seconds) in perf.lowering_curves(bench).items():
-    ax.plot(layers, seconds, marker="o", label=name)
-ax.set_xlabel("decoder layers")
-ax.set_ylabel("lowering time (s)")
-ax.legend()
-plt.tight_layout()
-plt.show()
-print("\n".join(perf.lowering_claims(bench)[:9]))
+# Ratios move between runs by more than within one: the previous stored run gave
+# fp8_current 1.431x and fp8_block 1.119x as one graph, and torchao 1.137x against this
+# run's 0.902x in the host-bound default mode. A probe this session (script not in the
+# repo) timed the same graphs round-robin, in turn and one replay per event pair on one
+# machine: fp8_block 1.151x, 1.209x and 1.108x; the SM clock fell from 1980 to 1515-1680 MHz
+# at the power cap within the first second of timing.
 
 # %% [markdown]
 # ## What remains open
@@ -341,19 +277,25 @@ print("\n".join(perf.lowering_claims(bench)[:9]))
 #   TransformerEngine's torch.compile path uses them) cost about 0.4 ms of host time each
 #   here. Run as one CUDA graph the host is out of the way, and fp8_current meets its aim.
 #   What is left is GPU time:
-#   - fp8_block's 1.2x needs the step within 0.91 ms; its GEMMs alone take 0.69 ms, its
-#     quantization 0.17 ms. The probe of section 4 reached 1.195x, this stored run 1.119x.
-#   - NVFP4's 0.75x cannot be reached with emulated GEMMs on Hopper. It allows 1.46 ms per
+#   - fp8_block's 1.2x needs the one-graph step within 0.88 ms of this run's 1.055 ms bf16
+#     step; its GEMMs alone take 0.69 ms, its quantization 0.17 ms (about twice a copy's
+#     time for the two 1 x 128 calls). Two restructurings of its kernel were tried this
+#     session and left out: the running column maximum with either transposed-store pattern
+#     gave 71-77 us against 70 us for both layouts at 8192 x 4096 (it helps the column-wise
+#     layout alone, 37 against 45 us, and 128 x 128 blocks, 25 against 32 us).
+#   - NVFP4's 0.75x cannot be reached with emulated GEMMs on Hopper. It allows 1.41 ms per
 #     step; the GEMMs, their multiply-and-cast and the bf16 operands take 1.31 ms. The
 #     quantization passes still move about 0.9 GB (five amaxes, two rotated copies, five
-#     quantizations), 0.22 ms even at the copy speed the GPU check measured (4.05 TB/s).
-#   - MXFP8 sits at its aim: 0.749x in one way, 0.783x in another, in the same run.
+#     quantizations), 0.22 ms even at the copy speed the GPU check measured (4.02 TB/s).
+#   - The GPU runs these steps at its power cap, so a ratio near its aim can fall either
+#     side of it from run to run (the clock table above; fp8_block 1.108-1.209x in one
+#     probe, depending on how the replays were timed).
 # - **The FP8 forward against raw `_scaled_mm`** misses its aims by the cost of current
 #   scaling itself: the input must be read once for its amax before it can be cast. An
 #   8192^2 bf16 operand is then 128 MB read twice and 64 MB written, 83 us even at the copy
-#   speed the GPU check measured (4.05 TB/s). Against this run's 844 us GEMM, 0.95 with a
-#   cached weight allows 44 us for the input, and 0.90 allows 94 us for both operands. This
-#   run measured 0.816 and 0.902; the two forwards differ by 99 us (the weight's
+#   speed the GPU check measured (4.02 TB/s). Against this run's 831 us GEMM, 0.95 with a
+#   cached weight allows 44 us for the input, and 0.90 allows 92 us for both operands. This
+#   run measured 0.817 and 0.900; the two forwards differ by 94 us (the weight's
 #   quantization), the cached one and the raw GEMM by 92 us. Only a scaling that needs no
 #   pass before the cast (TransformerEngine's delayed scaling, not a recipe of this
 #   collection's Linear) could reach the aims.

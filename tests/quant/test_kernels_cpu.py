@@ -79,6 +79,9 @@ CHILD = textwrap.dedent(
                 ra, rb = N.mxfp8_quantize(x, torch.float8_e4m3fn, 1, 32)
                 rc, re_ = N.mxfp8_quantize(x, torch.float8_e4m3fn, 32, 1)
                 out[f"mxfp8 {tag}"] = [same(a, ra), same(b, rb), same(c, rc), same(e, re_)]
+                a, b, _, _ = MX.mxfp8_quantize(x, torch.float8_e4m3fn, rowwise=True, columnwise=False)
+                _, _, c, e = MX.mxfp8_quantize(x, torch.float8_e4m3fn, rowwise=False, columnwise=True)
+                out[f"mxfp8 one layout per call {tag}"] = [same(a, ra), same(b, rb), same(c, rc), same(e, re_)]
                 out[f"mxfp8 bf16 operand {tag}"] = [same(MX.mxfp8_dequantize_bf16(ra, rb, 1, 32),
                                                          N.mxfp8_dequantize(ra, rb, 1, 32).to(torch.bfloat16))]
             for br in (1, 16):

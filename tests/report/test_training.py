@@ -210,3 +210,14 @@ def test_host_breakdown_table_reads_the_stored_run_and_names_a_missing_one() -> 
     assert all(float(row[1]) > 0 for row in table.rows)
     with pytest.raises(KeyError, match="no host breakdown"):
         training.host_breakdown_table(_fake_train_step())
+
+
+def test_clock_table_reports_the_power_cap_and_says_where_nothing_was_recorded() -> None:
+    result = _fake_train_step()
+    result["suites"]["train_step"]["sizes"][SMALL]["gpu_clocks"] = {
+        "samples_under_load": 4, "samples_idle": 0, "samples_unparsed": 0,
+        "sm_clock_mhz": {"min": 1545.0, "median": 1642.5, "max": 1980.0}, "power_w": {"median": 500.0, "max": 690.6},
+        "clock_event_reasons_fraction": {"sw power cap": 0.75}}
+    rows = training.clock_table(result).rows
+    assert list(rows[0]) == ["default", SMALL, "1642", "1545-1980", "691", "75%"]
+    assert len(rows) == 6 and all(list(r[2:3]) == ["not recorded"] for r in rows[1:])

@@ -185,6 +185,24 @@ def missed_targets(result: Mapping[str, Any]) -> list[str]:
     return lines or ["every target met in every way the step was run"]
 
 
+def clock_table(result: Mapping[str, Any]) -> Table:
+    """Per step suite and size: the SM clock and power nvidia-smi sampled while the variants
+    were timed, and the share of samples under the power cap (a capped step's time depends
+    on the power its variant draws, so ratios move between runs)."""
+    rows = []
+    for suite in step_suites(result):
+        for size, entry in _sizes(result, suite).items():
+            c = entry.get("gpu_clocks") or {}
+            if "sm_clock_mhz" not in c:
+                rows.append([_MODE_LABELS[suite], size, c.get("error", "not recorded"), "", "", ""])
+                continue
+            mhz = c["sm_clock_mhz"]
+            rows.append([_MODE_LABELS[suite], size, f"{mhz['median']:.0f}", f"{mhz['min']:.0f}-{mhz['max']:.0f}",
+                         f"{c['power_w']['max']:.0f}", f"{c['clock_event_reasons_fraction'].get('sw power cap', 0.0):.0%}"])
+    headers = ["mode", "size", "SM MHz (median)", "SM MHz (range)", "power W (max)", "samples at power cap"]
+    return Table(rows, headers, title="GPU clock and power while the steps were timed (nvidia-smi, every 100 ms)")
+
+
 def forward_table(result: Mapping[str, Any]) -> Table:
     """The FP8 forward (quantization included) against raw ``torch._scaled_mm`` on quantized operands."""
     section = result["suites"]["forward_vs_scaled_mm"]

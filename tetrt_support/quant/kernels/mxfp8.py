@@ -1,6 +1,6 @@
 """MXFP8 as Triton kernels: both layouts in one pass, and bf16 dequantization (twins of ``numerics``).
 
-One program reads a (BM x BK) tile once and writes the row-wise layout (1 x 32 blocks,
+One program reads a (32 x BK) tile and writes the row-wise layout (1 x 32 blocks,
 scales (M, K/32)) and the column-wise layout (32 x 1 blocks over the SAME (M, K) data
 layout, scales (M/32, K)), as ``numerics.mxfp8_quantize(x, dtype, 1, 32)`` and
 ``(x, dtype, 32, 1)`` return them. The dequantized values ``fp8 * 2**(e - 127)`` are
@@ -56,42 +56,55 @@ def _inverse_scale(biased):
 def _mxfp8_kernel(
     x_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, M, K, stride_xm,
     RCP_MAX: tl.constexpr, MAX_VALUE: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr,
-    OUT_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, E4M3: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-    B: tl.constexpr,
+    OUT_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, E4M3: tl.constexpr, B: tl.constexpr, BK: tl.constexpr,
+    R: tl.constexpr,
 ):
+    """One program: B (= 32) rows, one column block of the column-wise layout, times BK
+    columns, read in slabs of R rows. Pass 1 writes the row-wise layout slab by slab and
+    keeps an elementwise running max of the magnitudes (R x BK), so the column amaxes
+    need one reduction over R rows at the end, not a reduction across the 32 rows of
+    every slab (on an H200 at 8192 x 4096, both layouts: 61 us against 65 us for 32 x 128
+    tiles reduced along the rows). Pass 2 re-reads the slabs (from cache) and writes the
+    column-wise layout."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
-    offs_m = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
     offs_k = (pid_k * BK + tl.arange(0, BK)).to(tl.int64)
-    mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
-    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-    bits = magnitude_bits(x)
-    if ROWWISE:
-        amax = bits_to_float(tl.max(tl.reshape(bits, (BM, BK // B, B)), axis=2))  # (BM, BK/B)
-        biased = _float_to_e8m0(amax * RCP_MAX)
-        inverse = _inverse_scale(biased)
-        y = tl.reshape(tl.reshape(x, (BM, BK // B, B)) * inverse[:, :, None], (BM, BK))
-        tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], fp8_cast(clamp_keep_nan(y, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3),
-                 mask=mask)
-        sk = pid_k * (BK // B) + tl.arange(0, BK // B)
-        tl.store(row_scale_ptr + offs_m[:, None] * (K // B) + sk[None, :], biased.to(tl.uint8),
-                 mask=(offs_m[:, None] < M) & (sk[None, :] < K // B))
+    mask_k = offs_k < K
+    running = tl.zeros((R, BK), dtype=tl.int32)
+    for s in tl.static_range(B // R):
+        offs_m = (pid_m * B + s * R + tl.arange(0, R)).to(tl.int64)
+        mask = (offs_m[:, None] < M) & mask_k[None, :]
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        bits = magnitude_bits(x)
+        if COLUMNWISE:
+            running = tl.maximum(running, bits)
+        if ROWWISE:
+            amax = bits_to_float(tl.max(tl.reshape(bits, (R, BK // B, B)), axis=2))  # (R, BK/B)
+            biased = _float_to_e8m0(amax * RCP_MAX)
+            y = tl.reshape(tl.reshape(x, (R, BK // B, B)) * _inverse_scale(biased)[:, :, None], (R, BK))
+            tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :],
+                     fp8_cast(clamp_keep_nan(y, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3), mask=mask)
+            sk = pid_k * (BK // B) + tl.arange(0, BK // B)
+            tl.store(row_scale_ptr + offs_m[:, None] * (K // B) + sk[None, :], biased.to(tl.uint8),
+                     mask=(offs_m[:, None] < M) & (sk[None, :] < K // B))
     if COLUMNWISE:
-        amax = bits_to_float(tl.max(tl.reshape(bits, (BM // B, B, BK)), axis=1))  # (BM/B, BK)
-        biased = _float_to_e8m0(amax * RCP_MAX)
+        biased = _float_to_e8m0(bits_to_float(tl.max(running, axis=0)) * RCP_MAX)  # (BK,)
         inverse = _inverse_scale(biased)
-        y = tl.reshape(tl.reshape(x, (BM // B, B, BK)) * inverse[:, None, :], (BM, BK))
-        tl.store(col_data_ptr + offs_m[:, None] * K + offs_k[None, :], fp8_cast(clamp_keep_nan(y, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3),
-                 mask=mask)
-        sm = pid_m * (BM // B) + tl.arange(0, BM // B)
-        tl.store(col_scale_ptr + sm[:, None] * K + offs_k[None, :], biased.to(tl.uint8),
-                 mask=(sm[:, None] < M // B) & (offs_k[None, :] < K))
+        tl.store(col_scale_ptr + pid_m * K + offs_k, biased.to(tl.uint8), mask=mask_k)
+        for s in tl.static_range(B // R):
+            offs_m = (pid_m * B + s * R + tl.arange(0, R)).to(tl.int64)
+            mask = (offs_m[:, None] < M) & mask_k[None, :]
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(col_data_ptr + offs_m[:, None] * K + offs_k[None, :],
+                     fp8_cast(clamp_keep_nan(x * inverse[None, :], MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3), mask=mask)
 
 
 _MXFP8 = Launcher(
     _mxfp8_kernel,
-    tile_configs([(64, 64, 4), (64, 128, 4), (128, 128, 8), (32, 128, 4)]),
-    key=["M", "K", "ROWWISE", "COLUMNWISE"], fixed={"BM": 64, "BK": 64},
+    # Picked on an H200 (bf16, both layouts, 8192 x 4096 and 16384 x 8192): (256, 8, 2) first,
+    # then (256, 8, 4), (256, 4, 2), (512, 8, 4); wider tiles were slower.
+    tile_configs([(256, 8, 2), (256, 8, 4), (256, 4, 2), (512, 8, 4)], names=("BK", "R")),
+    key=["M", "K", "ROWWISE", "COLUMNWISE"], fixed={"BK": 64, "R": 8},
 )
 
 
@@ -116,7 +129,7 @@ def mxfp8_quantize(
     dummy = torch.empty(1, dtype=torch.uint8, device=dev)
     if m and k:
         _MXFP8(
-            lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(k, meta["BK"])), x2d, fp8_out(row_data) if rowwise else dummy, row_scale if rowwise else dummy,
+            lambda meta: (triton.cdiv(m, BLOCK), triton.cdiv(k, meta["BK"])), x2d, fp8_out(row_data) if rowwise else dummy, row_scale if rowwise else dummy,
             fp8_out(col_data) if columnwise else dummy, col_scale if columnwise else dummy, m, k, x2d.stride(0),
             RCP_MAX=fp32(1.0 / float(torch.finfo(fp8_dtype).max)), MAX_VALUE=float(torch.finfo(fp8_dtype).max),
             ROWWISE=rowwise, COLUMNWISE=columnwise, OUT_DTYPE=TL_FP8[fp8_dtype], SOFTWARE=software_casts(),
