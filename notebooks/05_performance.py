@@ -242,9 +242,8 @@ display(training.clock_table(steps))
 # GPU's: fp8_current 1.406x bf16 (0.74 ms of kernels, three FP8 GEMMs of 0.19-0.20 ms each),
 # ahead of torchao's 1.268x. That meets the 1.35x aim, which the host hides in the default
 # mode (0.379x) and with `reduce-overhead` (1.276x). MXFP8 meets its 0.75x in both graph
-# ways (0.755x and 0.775x): its quantize kernel now keeps the column amaxes as an
-# elementwise running maximum over row slabs, 152 us per step for three calls where the
-# previous run's profile had 170 us.
+# ways (0.755x and 0.775x); its quantize kernel, which keeps the column amaxes as an
+# elementwise running maximum over row slabs, takes 152 us per step for three calls.
 #
 # Missed at the small size in all three ways:
 # - fp8_block 1.111x as one graph (1.2x aimed). Its profile: 0.69 ms in the three blockwise
@@ -255,12 +254,10 @@ display(training.clock_table(steps))
 #   and their multiply-and-cast pass 0.12 ms; the quantize kernel takes 0.31 ms for five
 #   calls and is bound by its instructions, not by memory.
 #
-# Ratios move between runs by more than within one: the previous stored run gave
-# fp8_current 1.431x and fp8_block 1.119x as one graph, and torchao 1.137x against this
-# run's 0.902x in the host-bound default mode. A probe this session (script not in the
-# repo) timed the same graphs round-robin, in turn and one replay per event pair on one
-# machine: fp8_block 1.151x, 1.209x and 1.108x; the SM clock fell from 1980 to 1515-1680 MHz
-# at the power cap within the first second of timing.
+# The clock table says how far these ratios carry: most samples of every graph run were
+# taken at the power cap, with the SM clock well under its 1980 MHz, so each step's time
+# depends on the power its variant draws and a ratio near its aim can fall either side of
+# it in another run.
 
 # %% [markdown]
 # ## What remains open
@@ -278,18 +275,13 @@ display(training.clock_table(steps))
 #   here. Run as one CUDA graph the host is out of the way, and fp8_current meets its aim.
 #   What is left is GPU time:
 #   - fp8_block's 1.2x needs the one-graph step within 0.88 ms of this run's 1.055 ms bf16
-#     step; its GEMMs alone take 0.69 ms, its quantization 0.17 ms (about twice a copy's
-#     time for the two 1 x 128 calls). Two restructurings of its kernel were tried this
-#     session and left out: the running column maximum with either transposed-store pattern
-#     gave 71-77 us against 70 us for both layouts at 8192 x 4096 (it helps the column-wise
-#     layout alone, 37 against 45 us, and 128 x 128 blocks, 25 against 32 us).
+#     step; its GEMMs alone take 0.69 ms, its quantization 0.17 ms.
 #   - NVFP4's 0.75x cannot be reached with emulated GEMMs on Hopper. It allows 1.41 ms per
 #     step; the GEMMs, their multiply-and-cast and the bf16 operands take 1.31 ms. The
 #     quantization passes still move about 0.9 GB (five amaxes, two rotated copies, five
 #     quantizations), 0.22 ms even at the copy speed the GPU check measured (4.02 TB/s).
-#   - The GPU runs these steps at its power cap, so a ratio near its aim can fall either
-#     side of it from run to run (the clock table above; fp8_block 1.108-1.209x in one
-#     probe, depending on how the replays were timed).
+#   - The GPU runs these steps at its power cap (the clock table above), so a ratio near
+#     its aim can fall either side of it from run to run.
 # - **The FP8 forward against raw `_scaled_mm`** misses its aims by the cost of current
 #   scaling itself: the input must be read once for its amax before it can be cast. An
 #   8192^2 bf16 operand is then 128 MB read twice and 64 MB written, 83 us even at the copy

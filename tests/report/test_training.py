@@ -220,4 +220,4 @@ def test_clock_table_reports_the_power_cap_and_says_where_nothing_was_recorded()
         "clock_event_reasons_fraction": {"sw power cap": 0.75}}
     rows = training.clock_table(result).rows
     assert list(rows[0]) == ["default", SMALL, "1642", "1545-1980", "691", "75%"]
-    assert len(rows) == 6 and all(list(r[2:3]) == ["not recorded"] for r in rows[1:])
+    assert len(rows) == 6 and all(r[2] == "not recorded" for r in rows[1:])

@@ -12,7 +12,7 @@ kernels.
 
 - :mod:`.float8`: FP8 current scaling (amax, then cast + transpose), FP8 blockwise (1 x 128
   and 128 x 128 blocks, both layouts in one pass);
-- :mod:`.mxfp8`, :mod:`.nvfp4`: quantization of both layouts in one pass (NVFP4 with
+- :mod:`.mxfp8`, :mod:`.nvfp4`: quantization of both layouts from one read (NVFP4 with
   stochastic rounding too), and the bf16 operands of the emulated GEMMs;
 - :mod:`.dequantize`: FP8 data times block scales as bf16 (MXFP8, FP8 blockwise);
 - :mod:`.transpose`: a one-byte transpose for an FP8 operand that lacks its copy;

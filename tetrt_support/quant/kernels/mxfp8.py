@@ -1,8 +1,8 @@
-"""MXFP8 as Triton kernels: both layouts in one pass, and bf16 dequantization (twins of ``numerics``).
+"""MXFP8 as Triton kernels: both layouts from one read of x, and bf16 dequantization (twins of ``numerics``).
 
-One program reads a (32 x BK) tile and writes the row-wise layout (1 x 32 blocks,
-scales (M, K/32)) and the column-wise layout (32 x 1 blocks over the SAME (M, K) data
-layout, scales (M/32, K)), as ``numerics.mxfp8_quantize(x, dtype, 1, 32)`` and
+One program reads a (32 x BK) tile from memory once (its second pass re-reads it from
+cache) and writes the row-wise layout (1 x 32 blocks, scales (M, K/32)) and the
+column-wise layout (32 x 1 blocks over the SAME (M, K) data layout, scales (M/32, K)), as ``numerics.mxfp8_quantize(x, dtype, 1, 32)`` and
 ``(x, dtype, 32, 1)`` return them. The dequantized values ``fp8 * 2**(e - 127)`` are
 exactly representable in bf16 (4 significant bits) unless the block scale is tiny
 (below about 2**-118, where bf16's subnormals round), so the emulated GEMM runs on bf16
