@@ -227,3 +227,14 @@ def test_an_assigned_quantizer_is_used_and_drops_the_cached_weight(fake_impl: st
             assert not torch.equal(old_cached, expected)
     with pytest.raises(TypeError, match="Linear.grad_quantizer must be a Quantizer, got str"):
         layer.grad_quantizer = "e5m2"
+
+
+def test_a_quantizer_unlike_the_recipes_leaves_the_layer_without_a_recipe() -> None:
+    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer as Current
+
+    layer = Linear(64, 32, recipe="fp8_current")
+    layer.input_quantizer = get_recipe("fp8_current").input()  # equal to the recipe's: still that recipe
+    assert layer.recipe == get_recipe("fp8_current")
+    layer.weight_quantizer = Current(torch.float8_e5m2)
+    assert layer.recipe is None
+    assert "recipe=None, input_quantizer=" in repr(layer) and "weight_quantizer=Float8CurrentScalingQuantizer(" in repr(layer)

@@ -18,7 +18,9 @@ flat<->quantized conversions are written (:mod:`tetrt_support.quant.fake_impls`)
 compile with ``fullgraph=True`` on eager, aot_eager and inductor.
 
 ``recipe`` is a name (TE's defaults) or a :class:`~tetrt_support.quant.recipes.Recipe`
-from ``get_recipe(name, **options)``; ``layer.recipe`` is the Recipe either way.
+from ``get_recipe(name, **options)``; ``layer.recipe`` is the Recipe either way, until a
+quantizer is assigned that differs from the recipe's (below): then no recipe describes the
+layer, ``layer.recipe`` is None and the repr names the quantizers instead.
 
 Weight caching follows TransformerEngine's ``is_first_microbatch``: ``True`` quantizes
 the weight and keeps the quantized copy, ``False`` reuses it (the op then gets the
@@ -105,6 +107,8 @@ class Linear(torch.nn.Module):
         if bad is not None:
             raise TypeError(f"Linear.{bad} must be a Quantizer, got {type(getattr(self, bad)).__name__}")
         self._ops = linear_ops(*(type(q) for q in quantizers), self.fake_impl)
+        if self.recipe is not None and quantizers != self.recipe.quantizers():
+            self.recipe = None  # the layer no longer follows the recipe it was built with
         self._weight_templates = self._make_weight_templates()
         self._weight_cache = None
 
@@ -144,5 +148,7 @@ class Linear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
+        made_by = (f"recipe={str(self.recipe)!r}" if self.recipe is not None else
+                   "recipe=None, " + ", ".join(f"{f}={getattr(self, f)!r}" for f in _QUANTIZER_FIELDS))
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"recipe={str(self.recipe)!r}, fake_impl={self.fake_impl!r}")
+                f"{made_by}, fake_impl={self.fake_impl!r}")
