@@ -21,6 +21,9 @@ Suites, and the file each writes under ``benchmarks/results/``:
   default,reduce-overhead,cuda-graph-step`` adds torch.compile's CUDA graphs and the whole
   step as one CUDA graph, ``--profile DIR`` kernel and host profiles,
   ``--reference-too`` the reference quantizers;
+- ``step_bounds`` (:mod:`benchmarks.step_bounds`, CUDA only) -> ``step_bounds_cuda.json``: the
+  same step taken apart (its GEMMs alone, its quantization alone, a copy for the bandwidth)
+  and the best speedup over bf16 its GEMMs allow;
 - ``loss_study`` (:mod:`benchmarks.loss_study`, either device) -> ``loss_curves_<device>.json``:
   a small transformer trained with bf16 and every recipe, the loss of every step. Runs by
   default on cuda only; on a CPU (a smaller model, a few minutes) name it;
@@ -59,14 +62,14 @@ from tetrt_support.report.timing import Stopwatch  # noqa: E402
 # suite -> the results file it belongs to ({device} is filled in)
 FILES = {"rope": "perf_{device}", "attention": "perf_{device}", "linear": "perf_{device}",
          "lowering": "lowering", "fake_impls": "fake_impls", "train_step": "train_step_{device}",
-         "loss_study": "loss_curves_{device}", "llama4": "llama4_{device}"}
+         "step_bounds": "step_bounds_{device}", "loss_study": "loss_curves_{device}", "llama4": "llama4_{device}"}
 BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impls": "fake_impls",
-                     "train_step_{device}": "train_step", "loss_curves_{device}": "loss_study",
-                     "llama4_{device}": "llama4"}
+                     "train_step_{device}": "train_step", "step_bounds_{device}": "step_bounds",
+                     "loss_curves_{device}": "loss_study", "llama4_{device}": "llama4"}
 HOST_SUITES = ("lowering", "fake_impls")  # measure host (CPU) work: --device cpu only
-CUDA_SUITES = ("train_step",)  # measure GPU kernels: --device cuda only
+CUDA_SUITES = ("train_step", "step_bounds")  # measure GPU kernels: --device cuda only
 DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls"),
-                  "cuda": ("rope", "attention", "linear", "train_step", "loss_study", "llama4")}
+                  "cuda": ("rope", "attention", "linear", "train_step", "step_bounds", "loss_study", "llama4")}
 
 SIZES = {  # (device, quick) -> sizes of the device suites
     ("cpu", False): {"rope": [2, 512, 8, 64], "attention": (2, 256, 256, 4), "linear": (256, 512, 512), "llama4": "small"},
@@ -114,6 +117,9 @@ def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Callable[
         return train_step.run(quick, sizes=args.sizes, variants=recipes, rounds=args.rounds, modes=args.modes,
                               profile_dir=args.profile, profile_variants=args.profile_variant,
                               reference_too=args.reference_too, write=write)
+    if suite == "step_bounds":
+        from benchmarks import step_bounds
+        return step_bounds.run(quick, sizes=args.sizes, recipes=recipes, rounds=args.rounds, write=write)
     if suite == "loss_study":
         from benchmarks import loss_study
 
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         benchmark = BENCHMARK_OF_FILE[FILES[suite]]
         result = files.setdefault(name, {"benchmark": benchmark, "smoke_run": args.quick, "machine": record.machine(args.device)})
         path = record.results_path(name, smoke=args.quick, out_dir=args.out_dir)
-        indent = 1 if benchmark in ("fake_impls", "train_step", "loss_study") else 2
+        indent = 1 if benchmark in ("fake_impls", "train_step", "step_bounds", "loss_study") else 2
 
         def store(section: dict[str, Any], result: dict[str, Any] = result, benchmark: str = benchmark,
                   path: pathlib.Path = path, indent: int = indent) -> None:

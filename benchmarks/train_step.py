@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-train-step-"))
@@ -109,13 +110,31 @@ def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "de
     return whole_step_graph(step) if mode == WHOLE_STEP_GRAPH else step
 
 
-def whole_step_graph(step: Callable[[], None], warmup: int = 3) -> Callable[[], None]:
-    """``step`` recorded into one ``torch.cuda.CUDAGraph``; returns its replay.
+@dataclass
+class GraphReplay:
+    """A step recorded into one CUDA graph; calling it replays the graph.
+
+    It holds the step (and so every tensor the step's closure reads) and what the capture
+    returned, because the graph reads and writes those addresses on every replay and
+    ``graph.replay`` alone keeps neither alive. Memory freed under a graph goes to other
+    tensors (the replay then silently reads their values) or, at the next capture's
+    ``empty_cache``, back to the driver (the replay then fails with an illegal memory access)."""
+
+    graph: torch.cuda.CUDAGraph
+    step: Callable[[], Any]
+    outputs: Any
+
+    def __call__(self) -> None:
+        self.graph.replay()
+
+
+def whole_step_graph(step: Callable[[], Any], warmup: int = 3) -> GraphReplay:
+    """``step`` recorded into one ``torch.cuda.CUDAGraph``, as a :class:`GraphReplay`.
 
     Warm-up runs on a side stream first (compilation, autotuning, the allocator's pools),
-    as ``torch.cuda.graph`` requires. The gradients the capture allocates live in the
-    graph's pool and every replay overwrites them in place. A step that synchronises with
-    the host, or copies from it, fails here with CUDA's capture error."""
+    as ``torch.cuda.graph`` requires. What the capture allocates (the gradients, the step's
+    return value) lives in the graph's pool and every replay overwrites it in place. A step
+    that synchronises with the host, or copies from it, fails here with CUDA's capture error."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -124,8 +143,8 @@ def whole_step_graph(step: Callable[[], None], warmup: int = 3) -> Callable[[], 
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        step()
-    return graph.replay
+        outputs = step()
+    return GraphReplay(graph, step, outputs)
 
 
 def host_ms_per_step(step: Callable[[], None], steps: int = 20) -> float:

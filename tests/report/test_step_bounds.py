@@ -1,0 +1,79 @@
+"""benchmarks.step_bounds: the parts it times are the step's own calls, and its floor counts the right bytes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.step_bounds import INPUT_READS, bound, step_parts
+from tetrt_support.quant.linear import Linear
+
+T, K, N = 256, 256, 128
+
+
+@pytest.mark.parametrize("recipe", sorted(INPUT_READS))
+def test_the_gemms_alone_compute_what_the_layer_computes(recipe: str) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(T, K, generator=g).bfloat16()
+    weight = (torch.randn(N, K, generator=g) / 16).bfloat16()
+    dy = torch.randn(T, N, generator=g).bfloat16()
+    torch.manual_seed(7)  # NVFP4's stochastic rounding of the gradient draws its seeds from torch's generator
+    y, dx, dw = step_parts(recipe, x, weight, dy).gemms()
+    layer = Linear(K, N, bias=False, recipe=recipe, dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+    x_leaf = x.clone().requires_grad_(True)
+    torch.manual_seed(7)
+    out = layer(x_leaf)
+    out.backward(dy)
+    assert torch.equal(out, y) and torch.equal(x_leaf.grad, dx) and torch.equal(layer.weight.grad, dw)
+
+
+def test_the_floor_counts_each_input_read_and_each_buffer_written() -> None:
+    x, weight, dy = torch.zeros(T, K).bfloat16(), torch.zeros(N, K).bfloat16(), torch.zeros(T, N).bfloat16()
+    elements = T * K + N * K + T * N
+    # current scaling: amax and cast each read the bf16 input; data and its transpose are FP8,
+    # plus one fp32 scale_inv per tensor
+    assert step_parts("fp8_current", x, weight, dy).floor_bytes == 2 * 2 * elements + 2 * elements + 3 * 4
+    # blockwise: one read; the same FP8 bytes plus fp32 block scales
+    blockwise = step_parts("fp8_block", x, weight, dy).floor_bytes
+    assert 2 * elements + 2 * elements < blockwise < 2 * elements + 2 * elements + 4 * elements // 64
+
+
+def test_the_bound_is_the_bf16_step_over_gemms_plus_the_floor() -> None:
+    b = bound(bf16_step_s=1e-3, gemms_s=0.6e-3, floor_bytes=800_000_000, copy_bytes_per_s=4e12)
+    assert b["quantize_floor_s"] == pytest.approx(0.2e-3)
+    assert b["bound_speedup_vs_bf16"] == pytest.approx(1.25)
+
+
+def test_an_unknown_recipe_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="no quantize-traffic rule for recipe 'int8'"):
+        step_parts("int8", torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1))
+
+
+def test_the_bound_table_reads_the_stored_file_and_judges_each_target_against_its_bound() -> None:
+    from tetrt_support.report import results
+    from tetrt_support.report.training import bound_table
+
+    stored = results.load(results.RESULTS_DIR / "step_bounds_cuda.json", "step_bounds")
+    table = bound_table(stored)
+    entries = {(size, recipe): r for size, e in stored["suites"]["step_bounds"]["sizes"].items()
+               for recipe, r in e["recipes"].items()}
+    assert len(table.rows) == len(entries)
+    for row in table.rows:
+        r = entries[(row[0], row[1])]
+        above = r["target_speedup_vs_bf16"] > r["bound_speedup_vs_bf16"]
+        assert row[9] == ("above the bound" if above else "within the bound")
+        assert row[10] == ("yes" if r["gemms_replay_equals_eager"] else "NO")
+
+
+def test_the_bound_table_names_a_recipe_that_failed_and_gives_no_verdict_off_a_gpu() -> None:
+    from tetrt_support.report.training import bound_table
+
+    result = {"machine": {"device": "cpu"}, "suites": {"step_bounds": {"sizes": {"8x8x8": {"recipes": {
+        "mxfp8": {"error": "RuntimeError: boom"},
+        "fp8_current": {"step_s": 1e-3, "speedup_vs_bf16": 1.0, "gemms_s": 5e-4, "quantize_s": 5e-4,
+                        "quantize_floor_s": 1e-4, "bound_speedup_vs_bf16": 1.6, "target_speedup_vs_bf16": 1.35}}}}}}}
+    rows = {row[1]: row for row in bound_table(result).rows}
+    assert rows["mxfp8"][2] == "failed" and len(rows["mxfp8"]) == len(rows["fp8_current"])
+    assert rows["fp8_current"][9] == "" and rows["fp8_current"][10] == "not checked"
