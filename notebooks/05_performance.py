@@ -16,6 +16,7 @@
 # python -m benchmarks.perf --device cuda --suites train_step --modes default,reduce-overhead,cuda-graph-step \
 #     --profile prof --profile-variant fp8_current,nvfp4,fp8_block,mxfp8
 #                                                                        # results/train_step_cuda.json
+# python -m benchmarks.perf --device cuda --suites step_bounds           # results/step_bounds_cuda.json
 # python -m benchmarks.perf --device cuda --suites llama4                # results/llama4_cuda.json
 # python -m benchmarks.perf --device cuda --suites loss_study            # results/loss_curves_cuda.json
 # python -m benchmarks.perf --device cpu --suites loss_study             # results/loss_curves_cpu.json
@@ -230,34 +231,74 @@ display(training.clock_table(steps))
 
 # %% [markdown]
 # **Reading.** At the large size every step target is met in this run, in all three ways.
-# fp8_current is 1.748x bf16 in the default mode, 1.684x with `reduce-overhead` and 1.769x
-# as one graph, ahead of torchao each time (1.092x, 1.084x and 1.102x its speed). fp8_block,
-# on the native blockwise GEMM, is 1.451-1.470x; MXFP8 and NVFP4, emulated, are
-# 0.951-0.957x and 0.811-0.814x. That size ran at the power cap in 96-100% of the samples.
+# fp8_current is 1.730x bf16 in the default mode, 1.697x with `reduce-overhead` and 1.704x
+# as one graph, ahead of torchao each time (1.084x, 1.084x and 1.078x its speed). fp8_block,
+# on the native blockwise GEMM, is 1.443-1.445x; MXFP8 and NVFP4, emulated, are
+# 0.946-0.970x and 0.806-0.819x. That size ran at the power cap in 97-100% of the samples.
 #
 # At the small size the three ways differ by the host. In the default mode every recipe of
-# this project is bound by it: the fp8_current profile shows 0.74 ms of kernels under
-# 2.34 ms of host time (the breakdown: each custom op costs about 0.4 ms of host time when
+# this project is bound by it: the fp8_current profile shows 0.73 ms of kernels under
+# 2.25 ms of host time (the breakdown: each custom op costs about 0.7 ms of host time when
 # called directly). Captured as one graph the host is out of the way, and the ratios are the
-# GPU's: fp8_current 1.406x bf16 (0.74 ms of kernels, three FP8 GEMMs of 0.19-0.20 ms each),
-# ahead of torchao's 1.268x. That meets the 1.35x aim, which the host hides in the default
-# mode (0.379x) and with `reduce-overhead` (1.276x). MXFP8 meets its 0.75x in both graph
-# ways (0.755x and 0.775x); its quantize kernel, which keeps the column amaxes as an
-# elementwise running maximum over row slabs, takes 152 us per step for three calls.
+# GPU's: fp8_current 1.403x bf16 (0.73 ms of kernels, three FP8 GEMMs of 0.19-0.20 ms each),
+# ahead of torchao's 1.276x. That meets the 1.35x aim, which the host hides in the default
+# mode (0.363x) and, in this run, just misses with `reduce-overhead` (1.333x). MXFP8 meets
+# its 0.75x in both graph ways (0.788x and 0.766x); its quantize kernel, which keeps the
+# column amaxes as an elementwise running maximum over row slabs, takes 151 us per step for
+# three calls.
 #
 # Missed at the small size in all three ways:
-# - fp8_block 1.111x as one graph (1.2x aimed). Its profile: 0.69 ms in the three blockwise
-#   GEMMs (0.21 ms for forward and dgrad each, 0.26 ms for wgrad, whose operands both carry
+# - fp8_block 1.128x as one graph (1.2x aimed). Its profile: 0.69 ms in the three blockwise
+#   GEMMs (0.22 ms for forward and dgrad each, 0.26 ms for wgrad, whose operands both carry
 #   1 x 128 scales), 0.17 ms quantizing (3 calls), 0.86 ms of kernels in all, against
 #   0.95 ms for its one-graph step.
-# - NVFP4 0.524x (0.75x aimed). Of its 1.79 ms of kernels the emulated GEMMs take 1.00 ms
+# - NVFP4 0.526x (0.75x aimed). Of its 1.79 ms of kernels the emulated GEMMs take 1.00 ms
 #   and their multiply-and-cast pass 0.12 ms; the quantize kernel takes 0.31 ms for five
-#   calls and is bound by its instructions, not by memory.
+#   calls.
 #
 # The clock table says how far these ratios carry: most samples of every graph run were
 # taken at the power cap, with the SM clock well under its 1980 MHz, so each step's time
 # depends on the power its variant draws and a ratio near its aim can fall either side of
 # it in another run.
+
+# %% [markdown]
+# ### What bounds the step (H200)
+#
+# Is a missed aim a matter of slow quantization kernels, or of the GEMMs? A second run
+# (`--suites step_bounds`, `benchmarks/step_bounds.py`) takes each recipe's one-graph step
+# apart: its three GEMM calls alone, on operands quantized beforehand (the same
+# `quantized_matmul` calls with the same layouts; for MXFP8 and NVFP4 their emulation), its
+# three quantize calls alone, and a copy of the T x K bf16 input for the memory bandwidth.
+# Each is one CUDA graph, all timed round-robin with the bf16 step. The quantization's
+# floor is the bytes it must move (each input read once, twice where a per-tensor amax must
+# come before the cast; each quantized buffer written once) at the copy's speed. The bound,
+# bf16 step / (GEMMs + floor), is the best speedup these GEMMs allow with quantization as
+# fast as a copy. A CPU test checks that the GEMM calls alone give the layer's `y`, `dx`
+# and `dw` bit for bit; on the GPU each GEMM graph was replayed once more after all the
+# others and compared with an eager call (`replay`).
+
+# %%
+bounds = results.load(f"{RESULTS}/step_bounds_cuda.json", "step_bounds")
+print(*wrap_lines("file: " + perf.machine_line(bounds)), sep="\n")
+display(training.bound_table(bounds))
+
+# %% [markdown]
+# **Reading.** In this run each step takes its GEMMs plus its quantization to within 4%
+# (fp8_block at the small size: 0.741 + 0.197 ms for a 0.932 ms step), so the parts
+# account for the whole.
+#
+# - **NVFP4 at the small size: its aim is above its bound** (0.75x against 0.668x). The
+#   emulated GEMMs alone take 1.479 ms, more than the 1.419 ms that 0.75x allows (this
+#   run's 1.064 ms bf16 step / 0.75). No quantization kernel can close that on Hopper; only
+#   other GEMMs (Blackwell's native FP4 GEMM) would move the bound.
+# - **fp8_block at the small size: its aim is within its bound** (1.2x against 1.282x), but
+#   only with faster quantization. 1.2x allows 0.887 ms per step; after the 0.741 ms of
+#   GEMMs that leaves 0.145 ms for the three quantize calls, whose floor is 0.089 ms and
+#   which took 0.197 ms. The kernels would need 61% of the copy's speed; they ran at 45%.
+# - fp8_current's quantization runs at 84% (small) and 87% (large) of the copy's speed:
+#   its step is within 2-4% of its bound at both sizes.
+# - Every other aim is within its bound, and every GEMM graph replayed last gave the
+#   eager call's bytes.
 
 # %% [markdown]
 # ## What remains open
@@ -271,24 +312,26 @@ display(training.clock_table(steps))
 # - **Training-step targets.** Section 4 lists the ones this run missed. All are at the
 #   small size except the FP8 forward. In the default mode the small step is bound by the
 #   host: custom ops with Python implementations (the design this collection studies, as
-#   TransformerEngine's torch.compile path uses them) cost about 0.4 ms of host time each
+#   TransformerEngine's torch.compile path uses them) cost about 0.7 ms of host time each
 #   here. Run as one CUDA graph the host is out of the way, and fp8_current meets its aim.
-#   What is left is GPU time:
-#   - fp8_block's 1.2x needs the one-graph step within 0.88 ms of this run's 1.055 ms bf16
-#     step; its GEMMs alone take 0.69 ms, its quantization 0.17 ms.
-#   - NVFP4's 0.75x cannot be reached with emulated GEMMs on Hopper. It allows 1.41 ms per
-#     step; the GEMMs, their multiply-and-cast and the bf16 operands take 1.31 ms. The
-#     quantization passes still move about 0.9 GB (five amaxes, two rotated copies, five
-#     quantizations), 0.22 ms even at the copy speed the GPU check measured (4.02 TB/s).
+#   What is left is GPU time, and the bounds table says how much of it faster kernels
+#   could win:
+#   - fp8_block's 1.2x needs the one-graph step within 0.896 ms of this run's 1.075 ms bf16
+#     step; its GEMMs alone take 0.69 ms, its quantization 0.17 ms (the profile). The aim
+#     is within its bound (1.282x in the bounds run), but only with quantize kernels at 61%
+#     of the copy's speed, where these ran at 45%.
+#   - NVFP4's 0.75x at the small size is above its bound (0.668x in the bounds run): the
+#     emulated GEMMs alone take longer than the whole step may. Only Blackwell's FP4 GEMM
+#     would move that bound.
 #   - The GPU runs these steps at its power cap (the clock table above), so a ratio near
 #     its aim can fall either side of it from run to run.
 # - **The FP8 forward against raw `_scaled_mm`** misses its aims by the cost of current
 #   scaling itself: the input must be read once for its amax before it can be cast. An
 #   8192^2 bf16 operand is then 128 MB read twice and 64 MB written, 83 us even at the copy
-#   speed the GPU check measured (4.02 TB/s). Against this run's 831 us GEMM, 0.95 with a
-#   cached weight allows 44 us for the input, and 0.90 allows 92 us for both operands. This
-#   run measured 0.817 and 0.900; the two forwards differ by 94 us (the weight's
-#   quantization), the cached one and the raw GEMM by 92 us. Only a scaling that needs no
+#   speed the GPU check measured (4.02 TB/s). Against this run's 845 us GEMM, 0.95 with a
+#   cached weight allows 44 us for the input, and 0.90 allows 94 us for both operands. This
+#   run measured 0.815 and 0.899; the two forwards differ by 96 us (the weight's
+#   quantization), the cached one and the raw GEMM by 95 us. Only a scaling that needs no
 #   pass before the cast (TransformerEngine's delayed scaling, not a recipe of this
 #   collection's Linear) could reach the aims.
 # - **Complex side.** Both aims are met in this run: the lowered RoPE compiled without
