@@ -41,6 +41,7 @@ import torch
 #: element can be cast: one read for the amax, one for the cast. Block scales need only
 #: the block, so one read does.
 INPUT_READS = {"fp8_current": 2, "fp8_block": 1, "mxfp8": 1, "nvfp4": 2}
+RECIPES = tuple(INPUT_READS)
 
 
 @dataclass
@@ -160,9 +161,6 @@ def bench_size(size: str, recipes: list[str], rounds: int) -> dict[str, Any]:
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     return out
-
-
-RECIPES = tuple(INPUT_READS)
 
 
 def run(quick: bool = False, *, sizes: list[str] | None = None, recipes: list[str] | None = None,

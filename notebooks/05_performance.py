@@ -280,12 +280,13 @@ display(training.clock_table(steps))
 # %%
 bounds = results.load(f"{RESULTS}/step_bounds_cuda.json", "step_bounds")
 print(*wrap_lines("file: " + perf.machine_line(bounds)), sep="\n")
+print(*training.bound_baselines(bounds), sep="\n")
 display(training.bound_table(bounds))
 
 # %% [markdown]
 # **Reading.** In this run each step takes its GEMMs plus its quantization to within 4%
-# (fp8_block at the small size: 0.741 + 0.197 ms for a 0.932 ms step), so the parts
-# account for the whole.
+# (fp8_block at the small size: 0.741 + 0.197 = 0.938 ms of parts, and 1.064 ms / 1.141 =
+# 0.932 ms for its step), so the parts account for the whole.
 #
 # - **NVFP4 at the small size: its aim is above its bound** (0.75x against 0.668x). The
 #   emulated GEMMs alone take 1.479 ms, more than the 1.419 ms that 0.75x allows (this

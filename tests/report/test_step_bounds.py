@@ -77,3 +77,14 @@ def test_the_bound_table_names_a_recipe_that_failed_and_gives_no_verdict_off_a_g
     rows = {row[1]: row for row in bound_table(result).rows}
     assert rows["mxfp8"][2] == "failed" and len(rows["mxfp8"]) == len(rows["fp8_current"])
     assert rows["fp8_current"][8] == "" and rows["fp8_current"][9] == "not checked"
+
+
+def test_the_baselines_give_the_times_behind_the_ratios_or_say_what_is_missing() -> None:
+    from tetrt_support.report.training import bound_baselines
+
+    result = {"suites": {"step_bounds": {"sizes": {
+        "8x8x8": {"median_s": {"bf16.step": 1.0639e-3, "copy": 35.1e-6}, "copy_GBps": 3819.8},
+        "16x16x16": {"median_s": {}, "errors": {"copy": "RuntimeError: boom"}}}}}}
+    assert bound_baselines(result) == [
+        "8x8x8: bf16 step 1.064 ms, copy of the T x K input 35.1 us (3.82 TB/s)",
+        "16x16x16: no bf16 step or copy timed (errors: {'copy': 'RuntimeError: boom'})"]

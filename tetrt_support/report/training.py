@@ -21,6 +21,7 @@ __all__ = [
     "LOSS_RECIPES",
     "PEER",
     "STEP_TARGETS",
+    "bound_baselines",
     "bound_table",
     "clock_table",
     "final_loss_table",
@@ -203,6 +204,20 @@ def clock_table(result: Mapping[str, Any]) -> Table:
                          f"{c['power_w']['max']:.0f}", f"{c['clock_event_reasons_fraction'].get('sw power cap', 0.0):.0%}"])
     headers = ["mode", "size", "SM MHz (median)", "SM MHz (range)", "power W (max)", "samples at power cap"]
     return Table(rows, headers, title="GPU clock and power while the steps were timed (nvidia-smi, every 100 ms)")
+
+
+def bound_baselines(result: Mapping[str, Any]) -> list[str]:
+    """Per size of a ``step_bounds_<device>.json``: the bf16 step and the copy the bounds are
+    measured against (the table gives ratios; these are the times behind them)."""
+    lines = []
+    for size, entry in result["suites"]["step_bounds"]["sizes"].items():
+        times = entry["median_s"]
+        if "bf16.step" not in times or "copy" not in times:
+            lines.append(f"{size}: no bf16 step or copy timed (errors: {entry.get('errors') or 'none recorded'})")
+            continue
+        lines.append(f"{size}: bf16 step {1e3 * times['bf16.step']:.3f} ms, copy of the T x K input "
+                     f"{1e6 * times['copy']:.1f} us ({entry['copy_GBps'] / 1e3:.2f} TB/s)")
+    return lines
 
 
 def bound_table(result: Mapping[str, Any]) -> Table:
