@@ -22,7 +22,8 @@ def _tflops(gemms: int, m: int, n: int, k: int, seconds: float) -> float:
     return gemms * 2 * m * n * k / seconds / 1e12
 
 
-def _fp8_tensorwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def fp8_tensorwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 current-scaling data and its scale_inv (a 0-d tensor): raw ``_scaled_mm``'s operands."""
     from tetrt_support.quant import Float8CurrentScalingQuantizer
 
     q = Float8CurrentScalingQuantizer(columnwise_usage=False).quantize(t)  # row-wise data is all this needs
@@ -37,8 +38,8 @@ def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[
     x = torch.randn(m, k, device=device, dtype=dtype, generator=g)
     w = torch.randn(n, k, device=device, dtype=dtype, generator=g) / k**0.5
     dy = torch.randn(m, n, device=device, dtype=dtype, generator=g)
-    x_data, x_scale = _fp8_tensorwise(x)
-    w_data, w_scale = _fp8_tensorwise(w)
+    x_data, x_scale = fp8_tensorwise(x)
+    w_data, w_scale = fp8_tensorwise(w)
     w_col = w_data.t()  # (k, n) column-major view: what cuBLASLt wants for mat2
 
     def bf16_fwd() -> Any:

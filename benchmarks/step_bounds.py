@@ -13,6 +13,8 @@ process (:mod:`tetrt_support.report.timing`):
   the quantized ones, and NVFP4's multiply-and-cast of the fp32 product;
 - ``quantize``: only the step's three quantize calls (input, weight and output gradient,
   each in both layouts);
+- ``gemm.fprop`` / ``gemm.dgrad`` / ``gemm.wgrad``: each of those three calls alone (FP8
+  blockwise's wgrad is the one GEMM of its step with 1 x 128 scales on BOTH operands);
 - ``copy``: a bf16 tensor of T x K elements copied, which gives the memory bandwidth.
 
 After the timing, each ``gemms`` graph is replayed once more and its outputs compared with
@@ -25,6 +27,12 @@ quantized buffer written once), that traffic at copy speed (``quantize_floor_s``
 best speedup over bf16 that THESE GEMMs allow, ``bf16 step / (gemms + quantize_floor)``.
 A target above that bound cannot be met by faster quantization kernels; only other GEMMs
 (the native MXFP8 and NVFP4 GEMMs of Blackwell) or another recipe would reach it.
+
+The same question for the FP8 forward against raw ``torch._scaled_mm`` (:func:`forward_bound`):
+the GEMM on operands quantized beforehand, the layer's forward (weight quantized per call, or
+cached), and the best ratio the quantization of ``x`` (and ``W``) at copy speed allows --
+with current scaling's two reads of each input, and with one read, the floor of ANY
+quantizer of those tensors.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import torch
 #: the block, so one read does.
 INPUT_READS = {"fp8_current": 2, "fp8_block": 1, "mxfp8": 1, "nvfp4": 2}
 RECIPES = tuple(INPUT_READS)
+GEMMS = ("fprop", "dgrad", "wgrad")
 
 
 @dataclass
@@ -50,8 +59,12 @@ class StepParts:
     on its own, and the bytes its quantization must move at least."""
 
     quantize: Callable[[], Any]
-    gemms: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    gemm_calls: dict[str, Callable[[], torch.Tensor]]  # fprop, dgrad, wgrad: each GEMM alone
     floor_bytes: int
+
+    def gemms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(y, dx, dw)``: the three GEMM calls in the step's order."""
+        return tuple(call() for call in self.gemm_calls.values())  # type: ignore[return-value]
 
 
 def step_parts(recipe: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor) -> StepParts:
@@ -75,18 +88,18 @@ def step_parts(recipe: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Ten
     xq, wq, gq = quantized["x"], quantized["w"], quantized["dy"]
     dtype = x.dtype
 
-    def gemms() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        y = quantized_matmul(xq, wq, transpose_a=False, transpose_b=True, layout_a="rowwise", layout_b="rowwise",
-                             out_dtype=dtype)
-        dx = quantized_matmul(gq, wq, transpose_a=False, transpose_b=False, layout_a="rowwise", layout_b="columnwise",
-                              out_dtype=dtype)
-        dw = quantized_matmul(gq, xq, transpose_a=True, transpose_b=False, layout_a="columnwise", layout_b="columnwise",
-                              out_dtype=dtype)
-        return y.to(dtype), dx.to(dtype), dw.to(dtype)
+    def matmul(a: Any, b: Any, *, ta: bool, tb: bool, la: str, lb: str) -> Callable[[], torch.Tensor]:
+        return lambda: quantized_matmul(a, b, transpose_a=ta, transpose_b=tb, layout_a=la, layout_b=lb,
+                                        out_dtype=dtype).to(dtype)
 
+    gemm_calls = {
+        "fprop": matmul(xq, wq, ta=False, tb=True, la="rowwise", lb="rowwise"),  # y = x W^T
+        "dgrad": matmul(gq, wq, ta=False, tb=False, la="rowwise", lb="columnwise"),  # dx = dy W
+        "wgrad": matmul(gq, xq, ta=True, tb=False, la="columnwise", lb="columnwise"),  # dW = dy^T x
+    }
     read = sum(t.numel() * t.element_size() for _, t in operands.values()) * INPUT_READS[recipe]
     written = sum(b.numel() * b.element_size() for q in quantized.values() for b in flatten_quantized(q))
-    return StepParts(quantize=quantize, gemms=gemms, floor_bytes=read + written)
+    return StepParts(quantize=quantize, gemm_calls=gemm_calls, floor_bytes=read + written)
 
 
 def bound(bf16_step_s: float, gemms_s: float, floor_bytes: int, copy_bytes_per_s: float) -> dict[str, float]:
@@ -125,6 +138,8 @@ def bench_size(size: str, recipes: list[str], rounds: int) -> dict[str, Any]:
             fns[f"{recipe}.step"] = step_fn(recipe, t, k, n, mode=WHOLE_STEP_GRAPH)
             fns[f"{recipe}.quantize"] = whole_step_graph(parts.quantize)
             fns[f"{recipe}.gemms"] = gemm_graphs[recipe] = whole_step_graph(parts.gemms)
+            for gemm, call in parts.gemm_calls.items():
+                fns[f"{recipe}.gemm.{gemm}"] = whole_step_graph(call)
             eager[recipe] = parts.gemms()
             out["recipes"][recipe] = {"setup_s": time.perf_counter() - t0, "quantize_floor_bytes": parts.floor_bytes}
         except Exception as e:  # noqa: BLE001 - one broken recipe must not hide the others
@@ -147,6 +162,7 @@ def bench_size(size: str, recipes: list[str], rounds: int) -> dict[str, Any]:
             if None in times.values():
                 continue
             entry.update({f"{p}_s": s for p, s in times.items()})
+            entry["gemm_s"] = {gemm: out["median_s"].get(f"{recipe}.gemm.{gemm}") for gemm in GEMMS}
             entry.update(bound(bf16_s, times["gemms"], floor_bytes, copy_bytes_per_s))
             entry["speedup_vs_bf16"] = bf16_s / times["step"]
             entry["quantize_fraction_of_copy_speed"] = entry["quantize_floor_s"] / times["quantize"]
@@ -163,10 +179,79 @@ def bench_size(size: str, recipes: list[str], rounds: int) -> dict[str, Any]:
     return out
 
 
+def forward_floor_bytes(m: int, n: int, k: int, *, cached_weight: bool, reads: int) -> int:
+    """The least bytes the FP8 forward's quantization moves: ``x`` (m, k), and ``W`` (n, k)
+    unless its quantized copy is cached, each read ``reads`` times as bf16 and written once
+    as FP8, with its fp32 scale_inv."""
+    elements = [m * k] + ([] if cached_weight else [n * k])
+    return sum(reads * 2 * e + e + 4 for e in elements)
+
+
+def forward_bound(size: int, rounds: int) -> dict[str, Any]:
+    """The FP8 current-scaling forward at ``size`` cubed against raw ``torch._scaled_mm`` on
+    operands quantized beforehand, as CUDA-graph replays round-robin with a copy of ``x``,
+    and the best ratio to raw ``_scaled_mm`` that quantization at copy speed allows:
+    ``scaled_mm / (scaled_mm + floor)``, with current scaling's two reads of each input
+    (``bound_two_reads``) and with one (``bound_one_read``: any quantizer)."""
+    from benchmarks.linear import fp8_tensorwise
+    from benchmarks.train_step import whole_step_graph
+    from tetrt_support.quant.linear import Linear
+    from tetrt_support.report.timing import time_round_robin
+    from tetrt_support.report.training import FORWARD_TARGETS
+
+    m = n = k = size
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
+    (xq, xs), (wq, ws) = fp8_tensorwise(x), fp8_tensorwise(w)
+    layer = Linear(k, n, bias=False, recipe="fp8_current", device="cuda", dtype=torch.bfloat16)
+    copy_dst = torch.empty_like(x)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer(x, is_first_microbatch=True)  # fills the weight cache of the cached variant
+
+    def forward(first_microbatch: bool | None) -> Callable[[], torch.Tensor]:
+        def call() -> torch.Tensor:
+            with torch.no_grad():
+                return layer(x, is_first_microbatch=first_microbatch)
+        return call
+
+    fns = {
+        "scaled_mm_raw": whole_step_graph(
+            lambda: torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)),
+        "fp8_current_forward": whole_step_graph(forward(None)),
+        "fp8_current_forward_cached_weight": whole_step_graph(forward(False)),
+        "copy": whole_step_graph(lambda: copy_dst.copy_(x)),
+    }
+    errors: dict[str, BaseException] = {}
+    timings = time_round_robin(fns, rounds=rounds, device="cuda", calls_per_sample=10, warmup=2, errors=errors)
+    out: dict[str, Any] = {"m_n_k": [m, n, k], "median_s": {name: t.median_s for name, t in timings.items()},
+                           "errors": {name: f"{type(e).__name__}: {str(e)[:300]}" for name, e in errors.items()},
+                           "variants": {}}
+    raw_s, copy_s = out["median_s"].get("scaled_mm_raw"), out["median_s"].get("copy")
+    if raw_s and copy_s:
+        copy_bytes_per_s = 2 * x.numel() * x.element_size() / copy_s
+        out["copy_GBps"] = copy_bytes_per_s / 1e9
+        for name, cached in (("fp8_current_forward", False), ("fp8_current_forward_cached_weight", True)):
+            entry: dict[str, Any] = {"target_vs_scaled_mm": FORWARD_TARGETS.get(name)}
+            if name in out["median_s"]:
+                entry["vs_scaled_mm"] = raw_s / out["median_s"][name]
+            for label, reads in (("two_reads", 2), ("one_read", 1)):
+                floor_s = forward_floor_bytes(m, n, k, cached_weight=cached, reads=reads) / copy_bytes_per_s
+                entry[f"floor_{label}_s"] = floor_s
+                entry[f"bound_{label}"] = raw_s / (raw_s + floor_s)
+            out["variants"][name] = entry
+    del fns
+    torch.cuda.empty_cache()
+    return out
+
+
 def run(quick: bool = False, *, sizes: list[str] | None = None, recipes: list[str] | None = None,
-        rounds: int | None = None, write: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        rounds: int | None = None, write: Callable[[dict[str, Any]], None] | None = None,
+        forward_size: int | None = None) -> dict[str, Any]:
     """The ``step_bounds`` suite of ``python -m benchmarks.perf`` (a CUDA device needed):
-    ``{"machine": {...}, "suites": {"step_bounds": {"sizes": {TxKxN: bench_size(...)}}}}``."""
+    ``{"machine": {...}, "suites": {"step_bounds": {"sizes": {TxKxN: bench_size(...)},
+    "forward": forward_bound(...)}}}`` (``forward_size`` 0: no forward section)."""
     from benchmarks.train_step import DEFAULT_SIZES, QUICK_SIZES, machine_extras
 
     if not torch.cuda.is_available():
@@ -184,4 +269,11 @@ def run(quick: bool = False, *, sizes: list[str] | None = None, recipes: list[st
             write(result)
         print(size, {r: round(e.get("bound_speedup_vs_bf16", float("nan")), 3)
                      for r, e in section["sizes"][size]["recipes"].items()}, flush=True)
+    forward_size = forward_size if forward_size is not None else (1024 if quick else 8192)
+    if forward_size:
+        section["forward"] = forward_bound(forward_size, rounds)
+        if write is not None:
+            write(result)
+        print("forward", {v: round(e.get("bound_two_reads", float("nan")), 3)
+                          for v, e in section["forward"]["variants"].items()}, flush=True)
     return result

@@ -88,3 +88,55 @@ def test_the_baselines_give_the_times_behind_the_ratios_or_say_what_is_missing()
     assert bound_baselines(result) == [
         "8x8x8: bf16 step 1.064 ms, copy of the T x K input 35.1 us (3.82 TB/s)",
         "16x16x16: no bf16 step or copy timed (errors: {'copy': 'RuntimeError: boom'})"]
+
+
+def test_each_gemm_call_alone_is_one_of_the_three_the_step_makes() -> None:
+    g = torch.Generator().manual_seed(5)
+    x, weight, dy = (torch.randn(*shape, generator=g).bfloat16() for shape in ((T, K), (N, K), (T, N)))
+    parts = step_parts("fp8_block", x, weight, dy)
+    assert list(parts.gemm_calls) == ["fprop", "dgrad", "wgrad"]
+    shapes = {name: tuple(call().shape) for name, call in parts.gemm_calls.items()}
+    assert shapes == {"fprop": (T, N), "dgrad": (T, K), "wgrad": (N, K)}
+    for alone, together in zip((call() for call in parts.gemm_calls.values()), parts.gemms(), strict=True):
+        assert torch.equal(alone, together)
+
+
+def test_the_forward_floor_counts_two_reads_and_one_fp8_write_per_quantized_input() -> None:
+    from benchmarks.step_bounds import forward_floor_bytes
+
+    e = 64 * 32
+    assert forward_floor_bytes(64, 16, 32, cached_weight=True, reads=2) == 2 * 2 * e + e + 4
+    assert forward_floor_bytes(64, 16, 32, cached_weight=True, reads=1) == 2 * e + e + 4
+    assert forward_floor_bytes(64, 16, 32, cached_weight=False, reads=2) == 5 * e + 4 + 5 * 16 * 32 + 4
+
+
+def _forward_section(**variant: float) -> dict:
+    return {"m_n_k": [8, 8, 8], "median_s": {"scaled_mm_raw": 8.45e-4}, "copy_GBps": 4000.0, "variants": {
+        "fp8_current_forward_cached_weight": {"target_vs_scaled_mm": 0.95, "floor_two_reads_s": 8e-5,
+                                              "bound_two_reads": 0.913, "bound_one_read": 0.946, **variant}}}
+
+
+def test_the_forward_bound_table_judges_the_target_against_the_two_read_bound() -> None:
+    from tetrt_support.report.training import forward_bound_table
+
+    result = {"machine": {"gpu": "NVIDIA H200"}, "suites": {"step_bounds": {
+        "forward": _forward_section(vs_scaled_mm=0.9)}}}
+    (row,) = forward_bound_table(result).rows
+    assert list(row) == ["FP8 fwd, cached W / _scaled_mm", "0.900", "80.0", "0.913", "0.946", "0.95", "above"]
+    result["machine"] = {"device": "cpu"}
+    assert forward_bound_table(result).rows[0][-1] == ""
+    assert "failed" in forward_bound_table({"machine": {}, "suites": {"step_bounds": {
+        "forward": _forward_section()}}}).rows[0]
+    with pytest.raises(KeyError, match="no forward section"):
+        forward_bound_table({"machine": {}, "suites": {"step_bounds": {"sizes": {}}}})
+
+
+def test_the_gemm_split_table_gives_each_call_and_says_what_was_not_timed() -> None:
+    from tetrt_support.report.training import gemm_split_table
+
+    result = {"suites": {"step_bounds": {"sizes": {"8x8x8": {"recipes": {
+        "fp8_block": {"gemm_s": {"fprop": 2.5e-4, "dgrad": 2.5e-4, "wgrad": 3.0e-4}},
+        "mxfp8": {"error": "RuntimeError: boom"}}}}}}}
+    rows = {row[1]: row for row in gemm_split_table(result).rows}
+    assert list(rows["fp8_block"]) == ["8x8x8", "fp8_block", "0.250", "0.250", "0.300", "1.20"]
+    assert rows["mxfp8"][2] == "not timed"

@@ -25,7 +25,9 @@ __all__ = [
     "bound_table",
     "clock_table",
     "final_loss_table",
+    "forward_bound_table",
     "forward_table",
+    "gemm_split_table",
     "loss_claim",
     "loss_file_contents",
     "missed_targets",
@@ -246,6 +248,47 @@ def bound_table(result: Mapping[str, Any]) -> Table:
                "target is", "replay"]
     return Table(rows, headers, title="bound = bf16 step / (GEMMs + quant floor); replay: the GEMM graph, "
                  "replayed last, gave the eager bytes"
+                 + ("" if gpu else "; no verdicts: not a GPU file"))
+
+
+def gemm_split_table(result: Mapping[str, Any]) -> Table:
+    """Per size and recipe (a ``step_bounds_<device>.json``): each of the step's three GEMM
+    calls alone, as CUDA-graph replays, and the wgrad's time over the fprop's (the two do
+    the same FLOPs)."""
+    rows = []
+    for size, entry in result["suites"]["step_bounds"]["sizes"].items():
+        for recipe, r in entry["recipes"].items():
+            split = r.get("gemm_s") or {}
+            if None in split.values() or len(split) != 3:
+                rows.append([size, recipe, "not timed", "", "", ""])
+                continue
+            rows.append([size, recipe, *(f"{1e3 * split[g]:.3f}" for g in ("fprop", "dgrad", "wgrad")),
+                         f"{split['wgrad'] / split['fprop']:.2f}"])
+    return Table(rows, ["size", "recipe", "fprop ms", "dgrad ms", "wgrad ms", "wgrad / fprop"],
+                 title="the step's GEMM calls one at a time (operands quantized beforehand)")
+
+
+def forward_bound_table(result: Mapping[str, Any]) -> Table:
+    """The FP8 forward over raw ``_scaled_mm`` (a ``step_bounds_<device>.json``'s ``forward``
+    section) beside the best ratios quantization at copy speed allows: with current
+    scaling's two reads of each input, and with one read (any quantizer). "target is": above
+    or within the two-read bound (no verdict off a GPU)."""
+    section = result["suites"]["step_bounds"].get("forward")
+    if not section:
+        raise KeyError("no forward section in this step_bounds file (run the suite with a forward size)")
+    gpu = _is_gpu(result)
+    rows = []
+    for name, v in section["variants"].items():
+        target = v.get("target_vs_scaled_mm")
+        measured = v.get("vs_scaled_mm")
+        verdict = "" if target is None or not gpu else ("above" if target > v["bound_two_reads"] else "within")
+        rows.append([_FORWARD_NAMES.get(name, name), "failed" if measured is None else f"{measured:.3f}",
+                     f"{1e6 * v['floor_two_reads_s']:.1f}", f"{v['bound_two_reads']:.3f}",
+                     f"{v['bound_one_read']:.3f}", "-" if target is None else f"{target}", verdict])
+    m, n, k = section["m_n_k"]
+    return Table(rows, ["variant", "measured", "floor us", "bound", "bound, 1 read", "target", "target is"],
+                 title=f"m=n=k={m}: raw _scaled_mm {1e3 * section['median_s']['scaled_mm_raw']:.3f} ms, copy "
+                       f"{section['copy_GBps'] / 1e3:.2f} TB/s; bound = scaled_mm / (scaled_mm + floor)"
                  + ("" if gpu else "; no verdicts: not a GPU file"))
 
 
