@@ -167,3 +167,35 @@ def test_refit_computes_again_what_the_compile_folded_from_the_weights() -> None
     assert_same_outputs(new(q, k), compiled(q, k), atol=1e-5)
     tetrt_support.refit_module_weights(compiled, old, in_place=True)
     assert_same_outputs(old(q, k), compiled(q, k), atol=1e-5)
+
+
+class FoldedAndRead(torch.nn.Module):
+    """``w`` is read directly and folded from (``exp(w)`` is a constant subgraph)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8, generator=torch.Generator().manual_seed(seed)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w + x @ torch.exp(self.w)
+
+
+def _storages_of_w(compiled: torch.nn.Module) -> set[int]:
+    """data_ptrs of every tensor the compiled module holds as ``w``: its blocks' and the fold recipe's."""
+    from tetrt_support.compiler.constant_folding import FOLDED_KEY
+    from tetrt_support.compiler.refit import _owner, _weight_holders
+
+    recipe = compiled.meta[FOLDED_KEY].recipe
+    holders = [(root, name) for root, name, _ in _weight_holders(compiled) if name == "w"] + [(recipe, "w")]
+    return {getattr(*_owner(root, name)).data_ptr() for root, name in holders}
+
+
+def test_a_weight_folded_from_and_read_directly_is_held_once_after_refit() -> None:
+    model, new = FoldedAndRead(0).eval(), FoldedAndRead(1).eval()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2))
+    compiled = tetrt_support.compile(model, arg_inputs=(x,), backend="inductor", min_block_size=1)
+    assert len(_storages_of_w(compiled)) == 1  # the compile shares one tensor
+    refitted = tetrt_support.refit_module_weights(compiled, new)
+    assert len(_storages_of_w(refitted)) == 1 and _storages_of_w(refitted) != _storages_of_w(compiled)
+    assert_same_outputs(new(x), refitted(x), atol=1e-5)
+    assert_same_outputs(model(x), compiled(x), atol=1e-5)  # the module refitted from is left as it was

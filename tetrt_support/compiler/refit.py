@@ -149,6 +149,25 @@ def _packed_like(name: str, value: torch.Tensor, current: torch.Tensor, truncate
     return value.clone()
 
 
+class _Packer:
+    """Each new weight packed once per stored form, so that holders which shared one tensor
+    before the refit (a weight the folded recipe reads and a block reads as well) share its
+    replacement, instead of each keeping a copy."""
+
+    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+        self.weights = weights
+        self._packed: dict[tuple[str, bool], torch.Tensor] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.weights
+
+    def __call__(self, name: str, current: torch.Tensor, truncated: bool) -> torch.Tensor:
+        packed = self._packed.get((name, truncated))
+        if packed is None or packed.dtype != current.dtype or packed.shape != current.shape:
+            packed = self._packed[(name, truncated)] = _packed_like(name, self.weights[name], current, truncated)
+        return packed
+
+
 def _owner(root: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
     *path, field = name.split(".")
     return (root.get_submodule(".".join(path)) if path else root), field
@@ -170,31 +189,31 @@ def _weight_holders(module: torch.nn.Module, truncated: bool = False) -> list[tu
     return found
 
 
-def _refolded(folded: FoldedConstants | None, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _refolded(folded: FoldedConstants | None, pack: _Packer) -> dict[str, torch.Tensor]:
     """The folded values computed again with ``weights``; the recipe keeps the new weights,
     so that a later refit from a partial state dict starts from these."""
     if folded is None:
         return {}
     recipe = folded.recipe
     for source in folded.sources():
-        if source in weights:
+        if source in pack:
             owner, field = _owner(recipe, source)
-            replace_tensor_attribute(owner, field, _packed_like(source, weights[source], getattr(owner, field), False))
+            replace_tensor_attribute(owner, field, pack(source, getattr(owner, field), False))
     return folded.evaluate()
 
 
-def _refit_block(name: str, block: torch.nn.Module, expected: list[str], weights: dict[str, torch.Tensor]) -> None:
+def _refit_block(name: str, block: torch.nn.Module, expected: list[str], pack: _Packer) -> None:
     reached: set[str] = set()
     for root, weight, truncated in _weight_holders(block):
-        if weight not in weights:
+        if weight not in pack:
             continue  # a constant of the lowering, not a weight of the program
         owner, field = _owner(root, weight)
         current = getattr(owner, field)
         if not isinstance(current, torch.Tensor):
             continue
-        replace_tensor_attribute(owner, field, _packed_like(weight, weights[weight], current, truncated))
+        replace_tensor_attribute(owner, field, pack(weight, current, truncated))
         reached.add(weight)
-    missing = [w for w in expected if w in weights and w not in reached]  # left-out buffers keep their values
+    missing = [w for w in expected if w in pack and w not in reached]  # left-out buffers keep their values
     if missing:
         raise NotImplementedError(
             f"refit: block {name} ({type(block).__name__}) was built with {missing[0]!r}"
@@ -217,19 +236,19 @@ def refit_module_weights(
     :class:`ArchitectureMismatch`. Returns the refitted copy (``in_place=False``) or
     ``compiled_module`` itself.
     """
-    weights = _checked(compiled_module, new_weights)
+    pack = _Packer(dict(_checked(compiled_module, new_weights)))  # a copy: the caller's dict stays as passed
     target = compiled_module if in_place else copy.deepcopy(compiled_module)
     per_block = target.meta.get(BLOCK_WEIGHTS_KEY, {})
     with torch.no_grad():
-        weights = weights | _refolded(target.meta.get(FOLDED_KEY), weights)
+        pack.weights.update(_refolded(target.meta.get(FOLDED_KEY), pack))
         for name, block in target.named_children():
             if block_kind(name) is not None:
-                _refit_block(name, block, per_block.get(name, []), weights)
+                _refit_block(name, block, per_block.get(name, []), pack)
         # weights read by the compiled graph itself, outside any block
         for weight in dict.fromkeys(str(n.target) for n in target.graph.nodes if n.op == "get_attr"):
-            if weight in weights:
+            if weight in pack:
                 owner, field = _owner(target, weight)
                 current = getattr(owner, field)
                 if isinstance(current, torch.Tensor):
-                    replace_tensor_attribute(owner, field, _packed_like(weight, weights[weight], current, False))
+                    replace_tensor_attribute(owner, field, pack(weight, current, False))
     return target
