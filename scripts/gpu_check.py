@@ -412,6 +412,7 @@ def time_kernels(report: dict[str, Any]) -> None:
     e4 = torch.float8_e4m3fn
     xr, xs, _, _ = F.blockwise_quantize(x, e4, 1)
     wr, ws, _, _ = F.blockwise_quantize(w, e4, 2)
+    wr1, ws1, _, _ = F.blockwise_quantize(w, e4, 1)  # 1 x 128 on both operands: the wgrad's scaling
     xm, xms, _, _ = MX.mxfp8_quantize(x, e4)
     xn, xns, _, _, _ = NV.nvfp4_quantize(x)
     a16, b16 = x.clone(), w.clone()
@@ -424,7 +425,7 @@ def time_kernels(report: dict[str, Any]) -> None:
         "current_scaling rowwise+transpose": (lambda: F.current_scaling_quantize(x, e4, rowwise=True, columnwise=True),
                                               2 * m * k * 2 + 2 * m * k),
         "blockwise 1x128 both": (lambda: F.blockwise_quantize(x, e4, 1, rowwise=True, columnwise=True), 2 * m * k + 2 * m * k),
-        "blockwise 128x128 both": (lambda: F.blockwise_quantize(w, e4, 2, rowwise=True, columnwise=True), 4 * n * k),
+        f"blockwise 128x128 both ({n}x{k} weight)": (lambda: F.blockwise_quantize(w, e4, 2, rowwise=True, columnwise=True), 4 * n * k),
         "mxfp8 both": (lambda: MX.mxfp8_quantize(x, e4, rowwise=True, columnwise=True), 2 * m * k + 2 * m * k),
         "mxfp8 dequantize bf16": (lambda: MX.mxfp8_dequantize_bf16(xm, xms, 1, 32), 3 * m * k),
         "nvfp4 both (amax included)": (lambda: NV.nvfp4_quantize(x, rowwise=True, columnwise=True), 2 * m * k * 2 + m * k),
@@ -450,6 +451,7 @@ def time_kernels(report: dict[str, Any]) -> None:
     gemms = {
         "bf16 mm": (lambda: torch.mm(a16, b16.t())),
         "blockwise fp8 mm 1x128 x 128x128": (lambda: G.blockwise_fp8_mm(xr, xs, wr, ws, b_two_d=True)),
+        "blockwise fp8 mm 1x128 x 1x128": (lambda: G.blockwise_fp8_mm(xr, xs, wr1, ws1, b_two_d=False)),
         "emulated mm fp32 out + alpha": (lambda: G.emulated_mm(a16, b16, alpha)),
     }
     for name, fn in gemms.items():
