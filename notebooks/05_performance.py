@@ -333,6 +333,12 @@ display(training.forward_bound_table(bounds))
 # 0.909), and both aims are above even the one-read bound (0.90 against 0.893, 0.95 against
 # 0.944). At this GEMM's speed and this copy bandwidth no quantization of `x` and `W`
 # before the GEMM, however it finds its scale, leaves room for them.
+#
+# **Every target section 4's run missed in all three ways, against its bound** (the step
+# bounds and the forward's two-read bound from this run, the forward's one-read bound too):
+
+# %%
+print(*wrap_lines("\n".join(training.missed_against_bounds(steps, bounds))), sep="\n")
 
 # %% [markdown]
 # ## What remains open

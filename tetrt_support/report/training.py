@@ -30,6 +30,7 @@ __all__ = [
     "gemm_split_table",
     "loss_claim",
     "loss_file_contents",
+    "missed_against_bounds",
     "missed_targets",
     "plot_loss_study",
     "profile_table",
@@ -188,6 +189,39 @@ def missed_targets(result: Mapping[str, Any]) -> list[str]:
         figures = "; ".join(f"{_MODE_LABELS[suite]} {v:.3f}x ({_verdict(v, needed)})" for suite, v in measured.items())
         lines.append(f"MISSED {name} at {size}, target >= {needed}x: {figures or 'not measured'}")
     return lines or ["every target met in every way the step was run"]
+
+
+def _measured_bounds(name: str, size: str, bounds: Mapping[str, Any]) -> dict[str, float]:
+    """The bounds a step-bounds file measured for one target row ({} where it has none)."""
+    section = bounds["suites"]["step_bounds"]
+    if name.endswith(" / bf16"):
+        recipe = section.get("sizes", {}).get(size, {}).get("recipes", {}).get(name.removesuffix(" / bf16"), {})
+        return {"bound": recipe["bound_speedup_vs_bf16"]} if "bound_speedup_vs_bf16" in recipe else {}
+    variant = {label: key for key, label in _FORWARD_NAMES.items()}.get(name)
+    entry = section.get("forward", {}).get("variants", {}).get(variant, {})
+    return {"bound": entry["bound_two_reads"], "one-read bound": entry["bound_one_read"]} if entry else {}
+
+
+def missed_against_bounds(steps: Mapping[str, Any], bounds: Mapping[str, Any]) -> list[str]:
+    """Each target a ``train_step`` file missed in EVERY way it ran the step, beside what a
+    ``step_bounds`` file measured for it: above its bound (these GEMMs at this bandwidth
+    cannot reach it, however fast the quantization), or within it (faster kernels could)."""
+    if not (_is_gpu(steps) and _is_gpu(bounds)):
+        return ["no verdicts: the targets were set for an H200 and these files are not both from a GPU"]
+    lines = []
+    for name, size, needed, values in _target_rows(steps):
+        measured = [v for v in values.values() if v is not None]
+        if not measured or max(measured) >= needed:
+            continue
+        found = _measured_bounds(name, size, bounds)
+        if not found:
+            lines.append(f"{name} at {size}: best {max(measured):.3f}x, {needed}x aimed; no bound measured")
+            continue
+        above = [label for label, b in found.items() if needed > b]
+        judged = ", ".join(f"{label} {b:.3f}x" for label, b in found.items())
+        verdict = (f"ABOVE the {' and the '.join(above)}" if above else "within the bound: faster kernels could reach it")
+        lines.append(f"{name} at {size}: best {max(measured):.3f}x, {needed}x aimed; {judged}: {verdict}")
+    return lines or ["every target met in at least one way the step was run"]
 
 
 def clock_table(result: Mapping[str, Any]) -> Table:
