@@ -190,8 +190,9 @@ def _weight_holders(module: torch.nn.Module, truncated: bool = False) -> list[tu
 
 
 def _refolded(folded: FoldedConstants | None, pack: _Packer) -> dict[str, torch.Tensor]:
-    """The folded values computed again with ``weights``; the recipe keeps the new weights,
-    so that a later refit from a partial state dict starts from these."""
+    """The folded values computed again with the new weights ``pack`` holds; the recipe keeps
+    them (the same tensors the blocks get), so that a later refit from a partial state dict
+    starts from these."""
     if folded is None:
         return {}
     recipe = folded.recipe
