@@ -14,8 +14,7 @@
 # python -m benchmarks.perf --device cuda --suites rope,attention,linear # results/perf_cuda.json (an H200, torch 2.11)
 # python -m benchmarks.perf --suites lowering                            # results/lowering.json (lowering time)
 # python -m benchmarks.perf --device cuda --suites train_step --modes default,reduce-overhead,cuda-graph-step \
-#     --profile prof --profile-variant fp8_current,nvfp4,fp8_block,mxfp8
-#                                                                        # results/train_step_cuda.json
+#     --profile prof                                                     # results/train_step_cuda.json
 # python -m benchmarks.perf --device cuda --suites step_bounds           # results/step_bounds_cuda.json
 # python -m benchmarks.perf --device cuda --suites llama4                # results/llama4_cuda.json
 # python -m benchmarks.perf --device cuda --suites loss_study            # results/loss_curves_cuda.json
@@ -148,10 +147,11 @@ else:
 # beforehand: the ceiling for FP8. The quantizers run the Triton kernels of
 # `tetrt_support.quant.kernels` (one amax pass and one cast pass for FP8 current scaling,
 # one pass for the block formats, both layouts from one read), checked byte for byte against
-# the CPU reference by `scripts/gpu_check.py` on an H200 (the stored run: 232 of 232 equal), and
-# the FP8 GEMM writes bf16 directly. MXFP8 and NVFP4 have no tensor-core GEMM on Hopper:
-# here they are emulated: each operand is dequantized into bf16 (which holds its values
-# exactly) by a Triton kernel and multiplied by cuBLAS's bf16 GEMM.
+# the CPU reference by `scripts/gpu_check.py` on an H200 (`docs/architecture.md` says what
+# its stored run found), and the FP8 GEMM writes bf16 directly. MXFP8 and NVFP4 have no
+# tensor-core GEMM on Hopper: here they are emulated: each operand is dequantized into
+# bf16 (which holds its values exactly) by a Triton kernel and multiplied by cuBLAS's bf16
+# GEMM.
 
 # %%
 perf.linear_table(cuda)
@@ -210,9 +210,9 @@ display(training.step_target_table(steps), training.forward_table(steps))
 print(*wrap_lines("\n".join(training.missed_targets(steps))), sep="\n")
 
 # %% [markdown]
-# **Where the time goes.** Kernel profiles of four steps from the same run (the torch
-# profiler over 5 steps, per step; the host time is of steps issued back to back), then the
-# host's side of the fp8_current step at the small size, layer by layer
+# **Where the time goes.** The kernel profile of the fp8_current step from the same run (the
+# torch profiler over 5 steps, per step; the host time is of steps issued back to back),
+# then the host's side of that step at the small size, layer by layer
 # (`benchmarks/host_breakdown.py`: each callable issued back to back, device waits left
 # out, so each row is what the host spends to issue it):
 
@@ -231,30 +231,26 @@ display(training.clock_table(steps))
 
 # %% [markdown]
 # **Reading.** At the large size every step target is met in this run, in all three ways.
-# fp8_current is 1.730x bf16 in the default mode, 1.697x with `reduce-overhead` and 1.704x
-# as one graph, ahead of torchao each time (1.084x, 1.084x and 1.078x its speed). fp8_block,
-# on the native blockwise GEMM, is 1.443-1.445x; MXFP8 and NVFP4, emulated, are
-# 0.946-0.970x and 0.806-0.819x. That size ran at the power cap in 97-100% of the samples.
+# fp8_current is 1.715x bf16 in the default mode, 1.716x with `reduce-overhead` and 1.724x
+# as one graph, ahead of torchao each time (1.090x, 1.092x and 1.095x its speed). fp8_block,
+# on the native blockwise GEMM, is 1.472-1.484x; MXFP8 and NVFP4, emulated, are
+# 0.945-0.976x and 0.807-0.824x. That size ran at the power cap in 97-100% of the samples.
 #
 # At the small size the three ways differ by the host. In the default mode every recipe of
 # this project is bound by it: the fp8_current profile shows 0.73 ms of kernels under
-# 2.25 ms of host time (the breakdown: each custom op costs about 0.7 ms of host time when
+# 2.48 ms of host time (the breakdown: each custom op costs about 0.45 ms of host time when
 # called directly). Captured as one graph the host is out of the way, and the ratios are the
-# GPU's: fp8_current 1.403x bf16 (0.73 ms of kernels, three FP8 GEMMs of 0.19-0.20 ms each),
-# ahead of torchao's 1.276x. That meets the 1.35x aim, which the host hides in the default
-# mode (0.363x) and, in this run, just misses with `reduce-overhead` (1.333x). MXFP8 meets
-# its 0.75x in both graph ways (0.788x and 0.766x); its quantize kernel, which keeps the
-# column amaxes as an elementwise running maximum over row slabs, takes 151 us per step for
-# three calls.
+# GPU's: fp8_current 1.436x bf16 (three FP8 GEMMs of 0.19-0.20 ms each, 0.13 ms of amax and
+# cast kernels), ahead of torchao's 1.288x. That meets the 1.35x aim, which the host hides
+# in the default mode (0.401x) and, in this run, just misses with `reduce-overhead`
+# (1.342x). MXFP8 meets its 0.75x in both graph ways (0.814x and 0.769x).
 #
 # Missed at the small size in all three ways:
-# - fp8_block 1.128x as one graph (1.2x aimed). Its profile: 0.69 ms in the three blockwise
-#   GEMMs (0.22 ms for forward and dgrad each, 0.26 ms for wgrad, whose operands both carry
-#   1 x 128 scales), 0.17 ms quantizing (3 calls), 0.86 ms of kernels in all, against
-#   0.95 ms for its one-graph step.
-# - NVFP4 0.526x (0.75x aimed). Of its 1.79 ms of kernels the emulated GEMMs take 1.00 ms
-#   and their multiply-and-cast pass 0.12 ms; the quantize kernel takes 0.31 ms for five
-#   calls.
+# - fp8_block 1.183x as one graph and 1.171x with `reduce-overhead` (1.2x aimed; 1.128x as
+#   one graph in the previous stored run, before the blockwise quantize kernel was
+#   rewritten). The bounds below take that step apart.
+# - NVFP4 0.561x at best (0.75x aimed): its emulated GEMMs alone take longer than 0.75x
+#   allows (below).
 #
 # The clock table says how far these ratios carry: most samples of every graph run were
 # taken at the power cap, with the SM clock well under its 1980 MHz, so each step's time
@@ -285,19 +281,20 @@ display(training.bound_table(bounds))
 
 # %% [markdown]
 # **Reading.** In this run each step takes its GEMMs plus its quantization to within 5%
-# (fp8_block at the small size: 0.773 + 0.199 = 0.972 ms of parts, and 1.081 ms / 1.136 =
-# 0.951 ms for its step), so the parts account for the whole.
+# (fp8_block at the small size: 0.780 + 0.153 = 0.933 ms of parts, and 1.081 ms / 1.162 =
+# 0.931 ms for its step), so the parts account for the whole.
 #
-# - **NVFP4 at the small size: its aim is above its bound** (0.75x against 0.670x). The
-#   emulated GEMMs alone take 1.500 ms, more than the 1.441 ms that 0.75x allows (this
+# - **NVFP4 at the small size: its aim is above its bound** (0.75x against 0.686x). The
+#   emulated GEMMs alone take 1.466 ms, more than the 1.442 ms that 0.75x allows (this
 #   run's 1.081 ms bf16 step / 0.75). No quantization kernel can close that on Hopper; only
 #   other GEMMs (Blackwell's native FP4 GEMM) would move the bound.
-# - **fp8_block at the small size: its aim is within its bound** (1.2x against 1.253x), but
-#   only with faster quantization. 1.2x allows 0.901 ms per step; after the 0.773 ms of
-#   GEMMs that leaves 0.127 ms for the three quantize calls, whose floor is 0.089 ms and
-#   which took 0.199 ms. The kernels would need 70% of the copy's speed; they ran at 45%.
-# - fp8_current's quantization runs at 84% (small) and 88% (large) of the copy's speed:
-#   its step is within 2% of its bound at both sizes.
+# - **fp8_block at the small size: its aim is within its bound** (1.2x against 1.246x), but
+#   only with faster quantization. 1.2x allows 0.901 ms per step; after the 0.780 ms of
+#   GEMMs that leaves 0.121 ms for the three quantize calls, whose floor is 0.088 ms and
+#   which took 0.153 ms (0.199 ms in the previous stored run): the kernels would need 73% of
+#   the copy's speed, and run at 57% (45% before).
+# - fp8_current's quantization runs at 90% (small) and 91% (large) of the copy's speed:
+#   its step is at its bound at both sizes (1.434x against 1.424x, 1.755x against 1.756x).
 # - Every other aim is within its bound, and every GEMM graph replayed last gave the
 #   eager call's bytes.
 #
@@ -309,12 +306,12 @@ display(training.bound_table(bounds))
 display(training.gemm_split_table(bounds))
 
 # %% [markdown]
-# fp8_block's wgrad is the exception: 1.26x its fprop at the small size, 1.38x at the
+# fp8_block's wgrad is the exception: 1.29x its fprop at the small size, 1.38x at the
 # large. It is the one GEMM of that step with 1 x 128 scales on both operands (the output
 # gradient and the input, both scaled along the token dim, as TransformerEngine's blockwise
 # recipe defines it); the fprop and dgrad have a 128 x 128-scaled weight on one side. At
-# the small size the wgrad's 0.060 ms over the fprop is more than the 0.051 ms between the
-# step (0.951 ms) and what 1.2x allows (0.901 ms). That time is inside cuBLASLt's GEMM,
+# the small size the wgrad's 0.069 ms over the fprop is more than twice the 0.030 ms between
+# the step (0.931 ms) and what 1.2x allows (0.901 ms). That time is inside cuBLASLt's GEMM,
 # which this collection calls and does not write.
 #
 # **The FP8 forward, bounded the same way.** The same run also timed, as CUDA graphs
@@ -329,8 +326,8 @@ display(training.gemm_split_table(bounds))
 display(training.forward_bound_table(bounds))
 
 # %% [markdown]
-# Both forwards are within 1.3% of current scaling's bound (0.823 of 0.834, 0.907 of
-# 0.909), and both aims are above even the one-read bound (0.90 against 0.893, 0.95 against
+# Both forwards are within 1% of current scaling's bound (0.826 of 0.834, 0.906 of
+# 0.910), and both aims are above even the one-read bound (0.90 against 0.893, 0.95 against
 # 0.944). At this GEMM's speed and this copy bandwidth no quantization of `x` and `W`
 # before the GEMM, however it finds its scale, leaves room for them.
 #
@@ -349,6 +346,12 @@ print(*wrap_lines("\n".join(training.missed_against_bounds(steps, bounds))), sep
 # - **Block-scaled GEMMs.** In section 3's run, MXFP8, FP8 blockwise and NVFP4 GEMMs were
 #   emulated; section 4's run has the native FP8 blockwise GEMM. MXFP8 and NVFP4 GEMMs need
 #   Blackwell hardware, which was not available: on Hopper they stay emulated.
+# - **An unchecked kernel form.** Without an explicit clamp before the FP8 conversion, the
+#   kernels that store one cast tile both as it is and transposed wrote wrong transposed
+#   bytes from fp32 inputs on the H200 (the stored `gpu_check` run: 40 of 232 cases, all
+#   of them such; bf16 was right). Those kernels now clamp for every input but bf16; the
+#   128 x 128 form that does so has not run on a GPU yet, so fp32 weights quantized in
+#   128 x 128 blocks take the reference (slower, the same bytes) until it has.
 # - **Training-step targets.** Section 4 lists the ones this run missed. All are at the
 #   small size except the FP8 forward. In the default mode the small step is bound by the
 #   host: custom ops with Python implementations (the design this collection studies, as
@@ -356,11 +359,12 @@ print(*wrap_lines("\n".join(training.missed_against_bounds(steps, bounds))), sep
 #   here. Run as one CUDA graph the host is out of the way, and fp8_current meets its aim.
 #   What is left is GPU time, and the bounds table says how much of it faster kernels
 #   could win:
-#   - fp8_block's 1.2x is within its bound (1.253x in the bounds run), but only with
-#     quantize kernels at 70% of the copy's speed, where these ran at 45%; its wgrad GEMM,
-#     with 1 x 128 scales on both operands, alone takes 0.060 ms more than its fprop, more
-#     than the 0.051 ms the step is short by.
-#   - NVFP4's 0.75x at the small size is above its bound (0.670x in the bounds run): the
+#   - fp8_block's 1.2x is within its bound (1.246x in the bounds run), but only with
+#     quantize kernels at 73% of the copy's speed, where these ran at 57% (a program per
+#     1 x 128 layout and the conversion's own saturation took them from 45%); its wgrad
+#     GEMM, with 1 x 128 scales on both operands, alone takes 0.069 ms more than its
+#     fprop, more than twice the 0.030 ms the step is short by.
+#   - NVFP4's 0.75x at the small size is above its bound (0.686x in the bounds run): the
 #     emulated GEMMs alone take longer than the whole step may. Only Blackwell's FP4 GEMM
 #     would move that bound.
 #   - The GPU runs these steps at its power cap (the clock table above), so a ratio near

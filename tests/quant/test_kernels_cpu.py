@@ -71,6 +71,20 @@ CHILD = textwrap.dedent(
                 ra, rb = N.float8_blockwise_quantize(x, torch.float8_e4m3fn, br, 128)
                 rc, re_ = N.float8_blockwise_quantize(xt, torch.float8_e4m3fn, br, 128)
                 out[f"blockwise {br}x128 {tag}"] = [same(a, ra), same(b, rb), same(c, rc), same(e, re_)]
+                # One layout alone (one program per tile), and amax_epsilon with a row of NaNs only
+                # (its blocks' amax is 0 for the reference, so the epsilon sets their scale).
+                xe = x.clone()
+                xe[5] = float("nan")
+                for rowwise, columnwise in ((True, False), (False, True)):
+                    got = F.blockwise_quantize(xe, torch.float8_e4m3fn, dim, rowwise=rowwise, columnwise=columnwise,
+                                               force_pow_2_scales=False, amax_epsilon=1e-3)
+                    want = (N.float8_blockwise_quantize(xe, torch.float8_e4m3fn, br, 128, force_pow_2_scales=False,
+                                                        amax_epsilon=1e-3) if rowwise else
+                            N.float8_blockwise_quantize(xe.t().contiguous(), torch.float8_e4m3fn, br, 128,
+                                                        force_pow_2_scales=False, amax_epsilon=1e-3))
+                    kept = got[:2] if rowwise else got[2:]
+                    out[f"blockwise {br}x128 one layout rowwise={rowwise} epsilon {tag}"] = [
+                        same(kept[0], want[0]), same(kept[1], want[1]), (got[2] is None) == rowwise]
                 out[f"blockwise {br}x128 bf16 operand {tag}"] = [
                     same(blockwise_dequantize_bf16(ra, rb, br),
                          (ra.float() * N.expand_block_scales(rb, br, 128, tuple(ra.shape))).to(torch.bfloat16))]
@@ -163,6 +177,13 @@ CHILD = textwrap.dedent(
                 usage = "" if columnwise else " row-wise only"
                 out[f"dispatch quantize {name}/{role}{usage}"] = [same(getattr(got["1"], n), getattr(got["0"], n))
                                                                  for n in names]
+    # 128 x 128 blocks take the kernel from bf16 only (the form checked on the GPU); fp32 runs the reference.
+    from tetrt_support.quant.kernels.dispatch import fast_buffers
+    os.environ["TETRT_QUANT_KERNELS"] = "1"
+    weight_quantizer = quant.Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True)
+    out["dispatch quantize 128x128 kernel only from bf16"] = [
+        fast_buffers(weight_quantizer, xq, {}) is not None, fast_buffers(weight_quantizer, xq.float(), {}) is None,
+        fast_buffers(quant.Float8BlockQuantizer(block_scaling_dim=1), xq.float(), {}) is not None]
     # FP8 blockwise writes TE's GEMM-ready scale buffers directly: a row count that is not a
     # multiple of 4 makes the transposed 1 x 128 buffer padded (zeros, as the reference's).
     xb = xq.repeat(2, 2)[:130, :384].contiguous()

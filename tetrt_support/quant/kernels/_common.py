@@ -8,7 +8,7 @@ Every helper restates one rule of :mod:`tetrt_support.quant.numerics` on fp32 va
 - divisions are ``div_rn`` (correctly rounded), because Triton's ``/`` on fp32 is an
   approximate division;
 - saturating casts clamp with NaN kept, as ``torch.clamp`` does (Triton's min/max drop
-  a NaN operand).
+  a NaN operand); on the GPU the FP8 conversion's own saturation is that clamp.
 """
 
 from __future__ import annotations
@@ -109,12 +109,52 @@ def fp8_codes(y, E4M3: tl.constexpr):
 
 
 @triton.jit
-def fp8_cast(y, OUT_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, E4M3: tl.constexpr):
-    """y (clamped) -> FP8: the hardware conversion, or :func:`fp8_codes` under the interpreter."""
+def saturating_fp8_cast(y, MAX_VALUE: tl.constexpr, OUT_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr,
+                        E4M3: tl.constexpr, EXPLICIT_CLAMP: tl.constexpr):
+    """``torch.clamp(y, -MAX_VALUE, MAX_VALUE)`` cast to FP8 (NaN kept, as the reference's clamp keeps it).
+
+    On the GPU the conversion itself saturates: Triton lowers fp32 -> FP8 on sm90 to
+    ``cvt.rn.satfinite``, which maps +-inf and every finite value beyond the format's
+    largest to +-largest and keeps NaN, which is exactly the clamp; so the clamp's four
+    instructions per element are left out (``scripts/gpu_check.py`` compares the bytes
+    with the reference's, special values included). ``EXPLICIT_CLAMP`` keeps them where
+    that check failed without them: kernels that store one cast tile both as it is and
+    transposed gave wrong transposed bytes from fp32 inputs on the H200 (Triton 3.6; bf16
+    inputs were right). The interpreter's integer rounding (:func:`fp8_codes`) needs its
+    input clamped first."""
     if SOFTWARE:
-        return fp8_codes(y, E4M3)
+        return fp8_codes(clamp_keep_nan(y, MAX_VALUE), E4M3)
+    elif EXPLICIT_CLAMP:
+        return clamp_keep_nan(y, MAX_VALUE).to(OUT_DTYPE)
     else:
         return y.to(OUT_DTYPE)
+
+
+def clamp_before_dual_store(x: torch.Tensor) -> bool:
+    """Whether a kernel that can store a cast tile both as it is and transposed casts with the
+    explicit clamp (:func:`saturating_fp8_cast`): for every input dtype but bf16, the one
+    checked on the GPU without it."""
+    return x.dtype != torch.bfloat16
+
+
+@triton.jit
+def load_rows(x_ptr, first_row, ROWS: tl.constexpr, offs_k, mask_k, M, stride_xm):
+    """Rows ``first_row`` .. ``first_row + ROWS`` of a row-major x at columns ``offs_k``, as
+    fp32 (0 outside x): ``(row offsets, mask, values)``, the slab every quantize kernel walks."""
+    offs_m = (first_row + tl.arange(0, ROWS)).to(tl.int64)
+    mask = (offs_m[:, None] < M) & mask_k[None, :]
+    return offs_m, mask, tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def block_amax(x, axis: tl.constexpr):
+    """max|x| along ``axis``, NaN ignored (the reference's amax): the float maximum, which
+    drops a NaN operand on the GPU (``max.f32``) and under the interpreter (``nanmax``),
+    and is exact: the same value as a maximum of the magnitudes' bits (:func:`magnitude_bits`)
+    at fewer instructions per element. A slice of NaNs alone reduces to NaN, mapped to 0 here
+    as the reference's amax is 0 there."""
+    amax = tl.max(tl.abs(x), axis=axis)
+    return tl.where(amax != amax, 0.0, amax)
 
 
 @triton.jit

@@ -7,7 +7,9 @@ caller runs it; nothing here changes a result):
   for one tensor, from the kernels of this package: FP8 current scaling, FP8 blockwise,
   MXFP8 (1-D blocks) and NVFP4 (1-D or 16 x 16 blocks, with the column-wise Hadamard
   transform and stochastic rounding). Not covered (the reference runs): FP8 delayed
-  scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks. NVFP4's
+  scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks, FP8
+  128 x 128 blocks of inputs other than bf16 (not yet checked on a GPU in their kernel's
+  current form). NVFP4's
   stochastic rounding draws one seed per layout exactly as the reference does (same
   generator and device, in the same order) and makes the reference's Philox draws in the
   kernel (:mod:`tetrt_support.quant.philox`), so the same RNG state gives the same bytes.
@@ -63,6 +65,11 @@ def _current_scaling(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[s
 
 def _blockwise(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
     if options:
+        return None
+    if q.block_scaling_dim == 2 and x2d.dtype != torch.bfloat16:
+        # The 128 x 128 kernel's form for these inputs (the explicit clamp of
+        # kernels._common.clamp_before_dual_store) has not been through scripts/gpu_check.py on
+        # a GPU yet; its form without the clamp wrote wrong column-wise bytes from fp32 there.
         return None
     from tetrt_support.quant.kernels.float8 import blockwise_quantize
 

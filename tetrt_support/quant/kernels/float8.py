@@ -19,12 +19,13 @@ from tetrt_support.quant.kernels._common import (
     FP32_MAX,
     TL_FP8,
     Launcher,
+    block_amax,
     bits_to_float,
-    clamp_keep_nan,
-    fp8_cast,
+    clamp_before_dual_store,
+    load_rows,
     fp8_out,
-    magnitude_bits,
     reciprocal,
+    saturating_fp8_cast,
     scale_from_amax,
     software_casts,
     tensor_amax_bits,
@@ -38,7 +39,7 @@ def _current_scaling_cast_kernel(
     x_ptr, amax_bits_ptr, data_ptr, transpose_ptr, scale_inv_ptr, M, K, stride_xm,
     MAX_VALUE: tl.constexpr, POWER_OF_2: tl.constexpr, EPSILON: tl.constexpr,
     ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, OUT_DTYPE: tl.constexpr,
-    SOFTWARE: tl.constexpr, E4M3: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+    SOFTWARE: tl.constexpr, E4M3: tl.constexpr, CLAMP: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -50,7 +51,7 @@ def _current_scaling_cast_kernel(
     offs_k = (pid_k * BK + tl.arange(0, BK)).to(tl.int64)
     mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-    q = fp8_cast(clamp_keep_nan(x * scale, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
+    q = saturating_fp8_cast(x * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, CLAMP)
     if ROWWISE:
         tl.store(data_ptr + offs_m[:, None] * K + offs_k[None, :], q, mask=mask)
     if COLUMNWISE:
@@ -99,7 +100,7 @@ def current_scaling_quantize(
         m, k, x2d.stride(0),
         MAX_VALUE=float(torch.finfo(fp8_dtype).max), POWER_OF_2=bool(force_pow_2_scales), EPSILON=float(amax_epsilon),
         ROWWISE=rowwise, COLUMNWISE=columnwise, OUT_DTYPE=TL_FP8[fp8_dtype], SOFTWARE=software_casts(),
-        E4M3=fp8_dtype == torch.float8_e4m3fn,
+        E4M3=fp8_dtype == torch.float8_e4m3fn, CLAMP=clamp_before_dual_store(x2d),
     )
     return data, transpose, scale_inv, amax_bits.view(torch.float32)
 
@@ -111,66 +112,80 @@ def _blockwise_kernel(
     stride_rs0, stride_rs1, stride_cs0, stride_cs1,
     MAX_VALUE: tl.constexpr, POWER_OF_2: tl.constexpr, EPSILON: tl.constexpr, VALUE_FOR_INF: tl.constexpr,
     TWO_D: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, OUT_DTYPE: tl.constexpr,
-    SOFTWARE: tl.constexpr, E4M3: tl.constexpr, B: tl.constexpr, SUB: tl.constexpr,
+    SOFTWARE: tl.constexpr, E4M3: tl.constexpr, CLAMP: tl.constexpr, B: tl.constexpr, SLAB_1: tl.constexpr,
+    SLAB_2: tl.constexpr,
 ):
-    """One B x B tile (B = 128), read in slabs of SUB rows or SUB columns (few registers live).
+    """One B x B tile (B = 128) of x, read in slabs (few registers live).
+
     Row-wise layout: data (M, K), scales over 1 x B (or B x B) blocks at [m, k // B] (or
     [m // B, k // B]). Column-wise: the same recipe on x^T, data (K, M), scales at
-    [k, m // B] (or [k // B, m // B]). Pass 1 walks row slabs: it writes the row-wise
-    1 x B layout (whose blocks lie inside one slab row) and, for B x B blocks, finds the
-    tile's amax. Pass 2 re-reads the tile (from cache) and writes what needs it: B x B
-    blocks in row slabs; the column-wise 1 x B layout in COLUMN slabs, each B x SUB slab
-    holding its columns' whole blocks (so their amaxes come from the slab itself) and
-    stored transposed as SUB rows of B contiguous bytes."""
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_k = (pid_k * B + tl.arange(0, B)).to(tl.int64)
-    mask_k = offs_k < K
-    col_bits = tl.zeros((B,), dtype=tl.int32)
-    if TWO_D or ROWWISE:  # (column-wise 1 x B alone needs only pass 2)
-        for s in tl.static_range(B // SUB):
-            offs_m = (pid_m * B + s * SUB + tl.arange(0, SUB)).to(tl.int64)
-            mask_m = offs_m < M
-            mask = mask_m[:, None] & mask_k[None, :]
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-            bits = magnitude_bits(x)
-            if TWO_D:
-                col_bits = tl.maximum(col_bits, tl.max(bits, axis=0))
-            if ROWWISE and not TWO_D:
-                row_amax = bits_to_float(tl.max(bits, axis=1))  # (SUB,) one per row
-                row_scale = scale_from_amax(row_amax, MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
-                q_row = fp8_cast(clamp_keep_nan(x * row_scale[:, None], MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
-                tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], q_row, mask=mask)
-                tl.store(row_scale_ptr + offs_m * stride_rs0 + pid_k * stride_rs1, reciprocal(row_scale), mask=mask_m)
+    [k, m // B] (or [k // B, m // B]).
+
+    1 x B blocks: the two layouts share no arithmetic, so with both a tile has two programs,
+    side by side in the launch order (grid axis 0), one per layout; the second reads the
+    tile from L2. The row-wise program walks SLAB_1-row slabs (each row's block lies in
+    its slab); the column-wise one walks B x SLAB_2 column slabs (each column's block
+    lies in its slab) and stores them transposed. One program doing both held the
+    column-wise slab's registers while it did the row-wise work, at a quarter occupancy.
+
+    B x B blocks (one scale per tile, both layouts the same bytes, the column-wise one
+    transposed): a running elementwise maximum over SLAB_1-row slabs, one reduction,
+    then the cast in SLAB_2-row slabs (from L2), each stored both ways.
+
+    Magnitudes are reduced as floats (:func:`block_amax`) and the clamp is the conversion's
+    own saturation (:func:`saturating_fp8_cast`; ``CLAMP`` keeps it explicit for B x B blocks
+    of inputs other than bf16): both give the reference's values with fewer instructions per
+    element, which this kernel was short of (it was slower than its bytes allow)."""
+    if TWO_D or not (ROWWISE and COLUMNWISE):
+        role = 0 if ROWWISE else 1
+    else:
+        role = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
     if TWO_D:
-        scale = scale_from_amax(bits_to_float(tl.max(col_bits, axis=0)), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+        offs_k = (pid_k * B + tl.arange(0, B)).to(tl.int64)
+        mask_k = offs_k < K
+        running = tl.zeros((SLAB_1, B), dtype=tl.float32)
+        for s in tl.static_range(B // SLAB_1):
+            _, _, x = load_rows(x_ptr, pid_m * B + s * SLAB_1, SLAB_1, offs_k, mask_k, M, stride_xm)
+            running = tl.maximum(running, tl.abs(x))  # drops NaN, as block_amax does
+        scale = scale_from_amax(block_amax(block_amax(running, 1), 0), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
         scale_inv = reciprocal(scale)
         if ROWWISE:
             tl.store(row_scale_ptr + pid_m * stride_rs0 + pid_k * stride_rs1, scale_inv)
         if COLUMNWISE:
             tl.store(col_scale_ptr + pid_k * stride_cs0 + pid_m * stride_cs1, scale_inv)
-        for s in tl.static_range(B // SUB):
-            offs_m = (pid_m * B + s * SUB + tl.arange(0, SUB)).to(tl.int64)
-            mask = (offs_m[:, None] < M) & mask_k[None, :]
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-            q = fp8_cast(clamp_keep_nan(x * scale, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
+        for s in tl.static_range(B // SLAB_2):
+            offs_m, mask, x = load_rows(x_ptr, pid_m * B + s * SLAB_2, SLAB_2, offs_k, mask_k, M, stride_xm)
+            q = saturating_fp8_cast(x * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, CLAMP)
             if ROWWISE:
                 tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], q, mask=mask)
             if COLUMNWISE:
                 tl.store(col_data_ptr + offs_k[:, None] * M + offs_m[None, :], tl.trans(q), mask=tl.trans(mask))
-    elif COLUMNWISE:
-        offs_m = (pid_m * B + tl.arange(0, B)).to(tl.int64)
-        mask_m = offs_m < M
-        for s in tl.static_range(B // SUB):
-            offs_c = (pid_k * B + s * SUB + tl.arange(0, SUB)).to(tl.int64)
+    elif role == 0:
+        offs_k = (pid_k * B + tl.arange(0, B)).to(tl.int64)
+        mask_k = offs_k < K
+        for i in tl.static_range(B // SLAB_1):
+            offs_m = (pid_m * B + i * SLAB_1 + tl.arange(0, SLAB_1)).to(tl.int64)
+            mask_m = offs_m < M
+            mask = mask_m[:, None] & mask_k[None, :]
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            row_scale = scale_from_amax(block_amax(x, 1), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+            q_row = saturating_fp8_cast(x * row_scale[:, None], MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False)
+            tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], q_row, mask=mask)
+            tl.store(row_scale_ptr + offs_m * stride_rs0 + pid_k * stride_rs1, reciprocal(row_scale), mask=mask_m)
+    else:
+        offs_t = (pid_m * B + tl.arange(0, B)).to(tl.int64)
+        mask_t = offs_t < M
+        for j in tl.static_range(B // SLAB_2):
+            offs_c = (pid_k * B + j * SLAB_2 + tl.arange(0, SLAB_2)).to(tl.int64)
             mask_c = offs_c < K
-            mask = mask_m[:, None] & mask_c[None, :]
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_c[None, :], mask=mask, other=0.0).to(tl.float32)
-            col_amax = bits_to_float(tl.max(magnitude_bits(x), axis=0))  # (SUB,) one per column block
-            col_scale = scale_from_amax(col_amax, MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+            mask_tc = mask_t[:, None] & mask_c[None, :]
+            xt = tl.load(x_ptr + offs_t[:, None] * stride_xm + offs_c[None, :], mask=mask_tc, other=0.0).to(tl.float32)
+            col_scale = scale_from_amax(block_amax(xt, 0), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
             tl.store(col_scale_ptr + offs_c * stride_cs0 + pid_m * stride_cs1, reciprocal(col_scale), mask=mask_c)
-            q_col = fp8_cast(clamp_keep_nan(x * col_scale[None, :], MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3)
-            tl.store(col_data_ptr + offs_c[:, None] * M + offs_m[None, :], tl.trans(q_col), mask=tl.trans(mask))
+            q_col = saturating_fp8_cast(xt * col_scale[None, :], MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False)
+            tl.store(col_data_ptr + offs_c[:, None] * M + offs_t[None, :], tl.trans(q_col), mask=tl.trans(mask_tc))
 
 
 BLOCK = 128
@@ -199,11 +214,12 @@ def _scale_buffer(compact_shape: tuple[int, int], block_scaling_dim: int, device
 
 _BLOCKWISE = Launcher(
     _blockwise_kernel,
-    # Picked on an H200 (bf16, both layouts): 1 x 128 blocks (column slabs in pass 2) with (64, 4) at
-    # 8192 x 4096 and 16384 x 8192, 0.80x and 0.76x the time of the row-slab version; 128 x 128 blocks
-    # with (128, 8).
-    [triton.Config({"SUB": sub}, num_warps=w) for sub, w in ((32, 4), (32, 2), (64, 4), (128, 4), (128, 8))],
-    key=["M", "K", "TWO_D", "ROWWISE", "COLUMNWISE"], fixed={"SUB": 32},
+    # (SLAB_1, SLAB_2, warps). On an H200 (bf16, 2026-12 probe): both 1 x 128 layouts of an
+    # 8192 x 4096 activation fastest with (64, 64, 4); 128 x 128 blocks of a 4096 x 4096 weight with
+    # (64, 64, 8).
+    tile_configs([(64, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (32, 32, 4), (128, 64, 8)],
+                 names=("SLAB_1", "SLAB_2")),
+    key=["M", "K", "TWO_D", "ROWWISE", "COLUMNWISE"], fixed={"SLAB_1": 32, "SLAB_2": 32},
 )
 
 
@@ -242,7 +258,8 @@ def blockwise_quantize(
                                    gemm_ready_scales) if rowwise else (None, dummy.view(1, 1)))
     col_scale, cs = (_scale_buffer((cdiv(k, BLOCK) if two_d else k, cdiv(m, BLOCK)), block_scaling_dim, dev,
                                    gemm_ready_scales) if columnwise else (None, dummy.view(1, 1)))
-    grid = (max(1, cdiv(m, BLOCK)), max(1, cdiv(k, BLOCK)))
+    roles = 2 if rowwise and columnwise and not two_d else 1  # one program per 1 x 128 layout and tile
+    grid = (roles, max(1, cdiv(m, BLOCK)), max(1, cdiv(k, BLOCK)))
     if m and k:
         _BLOCKWISE(
             lambda meta: grid, x2d, fp8_out(row_data) if rowwise else dummy, rs, fp8_out(col_data) if columnwise else dummy, cs, m, k, x2d.stride(0),
@@ -250,7 +267,7 @@ def blockwise_quantize(
             MAX_VALUE=float(torch.finfo(fp8_dtype).max), POWER_OF_2=bool(force_pow_2_scales),
             EPSILON=float(amax_epsilon), VALUE_FOR_INF=float(torch.finfo(x2d.dtype).max), TWO_D=two_d,
             ROWWISE=rowwise, COLUMNWISE=columnwise, OUT_DTYPE=TL_FP8[fp8_dtype], SOFTWARE=software_casts(),
-            E4M3=fp8_dtype == torch.float8_e4m3fn, B=BLOCK,
+            E4M3=fp8_dtype == torch.float8_e4m3fn, CLAMP=clamp_before_dual_store(x2d), B=BLOCK,
         )
     return row_data, row_scale, col_data, col_scale
 

@@ -19,11 +19,11 @@ from tetrt_support.quant.kernels._common import (
     TL_FP8,
     Launcher,
     bits_to_float,
-    clamp_keep_nan,
-    fp8_cast,
     fp8_out,
+    load_rows,
     fp32,
     magnitude_bits,
+    saturating_fp8_cast,
     software_casts,
     tile_configs,
 )
@@ -72,9 +72,7 @@ def _mxfp8_kernel(
     mask_k = offs_k < K
     running = tl.zeros((R, BK), dtype=tl.int32)
     for s in tl.static_range(B // R):
-        offs_m = (pid_m * B + s * R + tl.arange(0, R)).to(tl.int64)
-        mask = (offs_m[:, None] < M) & mask_k[None, :]
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+        offs_m, mask, x = load_rows(x_ptr, pid_m * B + s * R, R, offs_k, mask_k, M, stride_xm)
         bits = magnitude_bits(x)
         if COLUMNWISE:
             running = tl.maximum(running, bits)
@@ -83,7 +81,7 @@ def _mxfp8_kernel(
             biased = _float_to_e8m0(amax * RCP_MAX)
             y = tl.reshape(tl.reshape(x, (R, BK // B, B)) * _inverse_scale(biased)[:, :, None], (R, BK))
             tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :],
-                     fp8_cast(clamp_keep_nan(y, MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3), mask=mask)
+                     saturating_fp8_cast(y, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False), mask=mask)
             sk = pid_k * (BK // B) + tl.arange(0, BK // B)
             tl.store(row_scale_ptr + offs_m[:, None] * (K // B) + sk[None, :], biased.to(tl.uint8),
                      mask=(offs_m[:, None] < M) & (sk[None, :] < K // B))
@@ -92,11 +90,9 @@ def _mxfp8_kernel(
         inverse = _inverse_scale(biased)
         tl.store(col_scale_ptr + pid_m * K + offs_k, biased.to(tl.uint8), mask=mask_k)
         for s in tl.static_range(B // R):
-            offs_m = (pid_m * B + s * R + tl.arange(0, R)).to(tl.int64)
-            mask = (offs_m[:, None] < M) & mask_k[None, :]
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
+            offs_m, mask, x = load_rows(x_ptr, pid_m * B + s * R, R, offs_k, mask_k, M, stride_xm)
             tl.store(col_data_ptr + offs_m[:, None] * K + offs_k[None, :],
-                     fp8_cast(clamp_keep_nan(x * inverse[None, :], MAX_VALUE), OUT_DTYPE, SOFTWARE, E4M3), mask=mask)
+                     saturating_fp8_cast(x * inverse[None, :], MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False), mask=mask)
 
 
 _MXFP8 = Launcher(
