@@ -147,11 +147,14 @@ else:
 # beforehand: the ceiling for FP8. The quantizers run the Triton kernels of
 # `tetrt_support.quant.kernels` (one amax pass and one cast pass for FP8 current scaling,
 # one pass for the block formats, both layouts from one read), checked byte for byte against
-# the CPU reference by `scripts/gpu_check.py` on an H200 (`docs/architecture.md` says what
-# its stored run found), and the FP8 GEMM writes bf16 directly. MXFP8 and NVFP4 have no
+# the CPU reference by `scripts/gpu_check.py` on an H200 (its stored run is printed below;
+# "What remains open" says what it found), and the FP8 GEMM writes bf16 directly. MXFP8 and NVFP4 have no
 # tensor-core GEMM on Hopper: here they are emulated: each operand is dequantized into
 # bf16 (which holds its values exactly) by a Triton kernel and multiplied by cuBLAS's bf16
 # GEMM.
+
+# %%
+print(*perf.gpu_check_claims(results.load(f"{RESULTS}/gpu_check_cuda.json", "gpu_check")), sep="\n")
 
 # %%
 perf.linear_table(cuda)
@@ -348,10 +351,11 @@ print(*wrap_lines("\n".join(training.missed_against_bounds(steps, bounds))), sep
 #   Blackwell hardware, which was not available: on Hopper they stay emulated.
 # - **An unchecked kernel form.** Without an explicit clamp before the FP8 conversion, the
 #   kernels that store one cast tile both as it is and transposed wrote wrong transposed
-#   bytes from fp32 inputs on the H200 (the stored `gpu_check` run: 40 of 232 cases, all
-#   of them such; bf16 was right). Those kernels now clamp for every input but bf16; the
-#   128 x 128 form that does so has not run on a GPU yet, so fp32 weights quantized in
-#   128 x 128 blocks take the reference (slower, the same bytes) until it has.
+#   bytes from fp32 inputs on the H200 (the stored `gpu_check` run, printed in section 3:
+#   every unequal case is such an fp32 input; bf16 was right). Those kernels now clamp for
+#   every input but bf16; the 128 x 128 form that does so has not run on a GPU yet, so fp32
+#   weights quantized in 128 x 128 blocks take the reference (slower, the same bytes) until
+#   it has.
 # - **Training-step targets.** Section 4 lists the ones this run missed. All are at the
 #   small size except the FP8 forward. In the default mode the small step is bound by the
 #   host: custom ops with Python implementations (the design this collection studies, as

@@ -109,3 +109,19 @@ def test_stored_files_read_back(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "lowering.json"
     path.write_text(json.dumps(_fake_lowering()))
     assert results.load(path, "lowering")["lowering_time"]["target_met"] is True
+
+
+def test_gpu_check_claims_count_the_unequal_cases_by_family_and_dtype() -> None:
+    def case(name: str, ok: bool) -> dict:
+        return {"case": name, "ok": ok}
+
+    result = {"bit_identity": [case("current torch.float8_e4m3fn pow2=False 256x512 float32", False),
+                               case("current torch.float8_e5m2 pow2=True 256x512 float32 special", False),
+                               case("blockwise 128x128 192x320 float32", False),
+                               case("blockwise 1x128 192x320 bfloat16", True)]}
+    assert perf.gpu_check_claims(result) == [
+        "scripts/gpu_check.py: 1 of 4 cases equal the CPU reference",
+        "  not equal: blockwise 128x128, float32: 1 cases",
+        "  not equal: current, float32: 2 cases"]
+    stored = perf.gpu_check_claims(results.load(RESULTS_DIR / "gpu_check_cuda.json", "gpu_check"))
+    assert all("float32" in line for line in stored[1:])  # every unequal case of the stored run is an fp32 input

@@ -20,6 +20,7 @@ __all__ = [
     "ROPE_VS_ONE_GRAPH_TARGET",
     "attention_table",
     "bandwidth_series",
+    "gpu_check_claims",
     "linear_claims",
     "linear_table",
     "llama4_claims",
@@ -55,6 +56,24 @@ def machine_line(result: Mapping[str, Any]) -> str:
         extras.append(f"load average {load[0]:.1f} at start")
     line = f"{where}; {', '.join(extras)}; measured {m['when_utc']}"
     return f"{_SMOKE}: {line}" if is_smoke_run(result) else line
+
+
+def gpu_check_claims(result: Mapping[str, Any]) -> list[str]:
+    """``scripts/gpu_check.py``'s byte-for-byte verdict: how many cases equal the CPU reference,
+    and the unequal ones counted by kernel family and input dtype (a case is named
+    ``"<family> ... <rows>x<cols> <dtype> ..."``; the blockwise family with its block shape)."""
+    cases = result["bit_identity"]
+    lines = [f"scripts/gpu_check.py: {sum(bool(c.get('ok')) for c in cases)} of {len(cases)} cases equal the CPU reference"]
+    groups: dict[str, int] = {}
+    for case in cases:
+        if case.get("ok"):
+            continue
+        words = case["case"].split()
+        family = " ".join(words[:2]) if words[0] == "blockwise" else words[0]
+        dtype = next((w for w in words if w in ("bfloat16", "float32", "float16")), "input dtype not named")
+        groups[f"{family}, {dtype}"] = groups.get(f"{family}, {dtype}", 0) + 1
+    lines += [f"  not equal: {name}: {count} cases" for name, count in sorted(groups.items())]
+    return lines
 
 
 def _variants(result: Mapping[str, Any], suite: str) -> dict[str, Any]:

@@ -66,12 +66,14 @@ def _current_scaling(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[s
 def _blockwise(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
     if options:
         return None
-    if q.block_scaling_dim == 2 and x2d.dtype != torch.bfloat16:
-        # The 128 x 128 kernel's form for these inputs (the explicit clamp of
-        # kernels._common.clamp_before_dual_store) has not been through scripts/gpu_check.py on
-        # a GPU yet; its form without the clamp wrote wrong column-wise bytes from fp32 there.
-        return None
+    from tetrt_support.quant.kernels._common import clamp_before_dual_store
     from tetrt_support.quant.kernels.float8 import blockwise_quantize
+
+    if q.block_scaling_dim == 2 and clamp_before_dual_store(x2d):
+        # The 128 x 128 kernel's form with the explicit clamp has not been through
+        # scripts/gpu_check.py on a GPU yet; without the clamp it wrote wrong column-wise
+        # bytes from fp32 there.
+        return None
 
     rd, rs, cd, cs = blockwise_quantize(
         x2d, q.fp8_dtype, q.block_scaling_dim, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,

@@ -19,11 +19,11 @@ from tetrt_support.quant.kernels._common import (
     FP32_MAX,
     TL_FP8,
     Launcher,
-    block_amax,
     bits_to_float,
+    block_amax,
     clamp_before_dual_store,
-    load_rows,
     fp8_out,
+    load_rows,
     reciprocal,
     saturating_fp8_cast,
     scale_from_amax,
@@ -163,6 +163,8 @@ def _blockwise_kernel(
             if COLUMNWISE:
                 tl.store(col_data_ptr + offs_k[:, None] * M + offs_m[None, :], tl.trans(q), mask=tl.trans(mask))
     elif role == 0:
+        # The two 1 x B programs spell their loads out: load_rows gave them other generated
+        # code (other layouts) than the form the stored H200 runs timed.
         offs_k = (pid_k * B + tl.arange(0, B)).to(tl.int64)
         mask_k = offs_k < K
         for i in tl.static_range(B // SLAB_1):
