@@ -193,34 +193,19 @@ def forward_bound(size: int, rounds: int) -> dict[str, Any]:
     and the best ratio to raw ``_scaled_mm`` that quantization at copy speed allows:
     ``scaled_mm / (scaled_mm + floor)``, with current scaling's two reads of each input
     (``bound_two_reads``) and with one (``bound_one_read``: any quantizer)."""
-    from benchmarks.linear import fp8_tensorwise
+    from benchmarks.linear import fp8_forward_case
     from benchmarks.train_step import whole_step_graph
-    from tetrt_support.quant.linear import Linear
     from tetrt_support.report.timing import time_round_robin
     from tetrt_support.report.training import FORWARD_TARGETS
 
     m = n = k = size
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
-    (xq, xs), (wq, ws) = fp8_tensorwise(x), fp8_tensorwise(w)
-    layer = Linear(k, n, bias=False, recipe="fp8_current", device="cuda", dtype=torch.bfloat16)
+    case = fp8_forward_case(size)
+    x = case.x
     copy_dst = torch.empty_like(x)
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer(x, is_first_microbatch=True)  # fills the weight cache of the cached variant
-
-    def forward(first_microbatch: bool | None) -> Callable[[], torch.Tensor]:
-        def call() -> torch.Tensor:
-            with torch.no_grad():
-                return layer(x, is_first_microbatch=first_microbatch)
-        return call
-
     fns = {
-        "scaled_mm_raw": whole_step_graph(
-            lambda: torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)),
-        "fp8_current_forward": whole_step_graph(forward(None)),
-        "fp8_current_forward_cached_weight": whole_step_graph(forward(False)),
+        "scaled_mm_raw": whole_step_graph(case.raw),
+        "fp8_current_forward": whole_step_graph(case.forward(None)),
+        "fp8_current_forward_cached_weight": whole_step_graph(case.forward(False)),
         "copy": whole_step_graph(lambda: copy_dst.copy_(x)),
     }
     errors: dict[str, BaseException] = {}

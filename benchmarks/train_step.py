@@ -199,43 +199,19 @@ def bench_size(size: str, variants: list[str], rounds: int, mode: str = "default
 
 def bench_forward(size: int, rounds: int) -> dict[str, Any]:
     """FP8 current-scaling forward (quantize x and W, GEMM) against raw ``torch._scaled_mm``."""
-    from tetrt_support.quant.linear import Linear
+    from benchmarks.linear import fp8_forward_case
     from tetrt_support.report.timing import time_round_robin
 
     m = n = k = size
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
-
-    def fp8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = 448.0 / t.abs().amax().float()
-        return (t.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale.reciprocal()
-
-    xq, xs = fp8(x)
-    wq, ws = fp8(w)
-    layer = Linear(k, n, bias=False, recipe="fp8_current", device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer(x, is_first_microbatch=True)
-    compiled = torch.compile(layer, fullgraph=True)
-
-    def raw() -> Any:
-        return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)
-
-    def forward() -> Any:
-        with torch.no_grad():
-            return layer(x)
-
-    def forward_cached() -> Any:
-        with torch.no_grad():
-            return layer(x, is_first_microbatch=False)
+    case = fp8_forward_case(size)
+    compiled = torch.compile(case.layer, fullgraph=True)
 
     def forward_compiled() -> Any:
         with torch.no_grad():
-            return compiled(x)
+            return compiled(case.x)
 
-    fns = {"scaled_mm_raw": raw, "fp8_current_forward": forward, "fp8_current_forward_cached_weight": forward_cached,
-           "fp8_current_forward_compiled": forward_compiled}
+    fns = {"scaled_mm_raw": case.raw, "fp8_current_forward": case.forward(None),
+           "fp8_current_forward_cached_weight": case.forward(False), "fp8_current_forward_compiled": forward_compiled}
     errors: dict[str, BaseException] = {}
     timings = time_round_robin(fns, rounds=rounds, device="cuda", calls_per_sample=10, warmup=3, errors=errors)
     out: dict[str, Any] = {"m_n_k": [m, n, k], "variants": {}}
