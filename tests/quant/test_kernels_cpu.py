@@ -177,13 +177,19 @@ CHILD = textwrap.dedent(
                 usage = "" if columnwise else " row-wise only"
                 out[f"dispatch quantize {name}/{role}{usage}"] = [same(getattr(got["1"], n), getattr(got["0"], n))
                                                                  for n in names]
-    # 128 x 128 blocks take the kernel from bf16 only (the form checked on the GPU); fp32 runs the reference.
+    # fp32 128 x 128 blocks take the kernel too (its explicit clamp; checked on the H200) and
+    # give the reference's bytes.
     from tetrt_support.quant.kernels.dispatch import fast_buffers
     os.environ["TETRT_QUANT_KERNELS"] = "1"
     weight_quantizer = quant.Float8BlockQuantizer(block_scaling_dim=2, columnwise_usage=True)
-    out["dispatch quantize 128x128 kernel only from bf16"] = [
-        fast_buffers(weight_quantizer, xq, {}) is not None, fast_buffers(weight_quantizer, xq.float(), {}) is None,
-        fast_buffers(quant.Float8BlockQuantizer(block_scaling_dim=1), xq.float(), {}) is not None]
+    out["dispatch quantize 128x128 takes the kernel from fp32"] = [fast_buffers(weight_quantizer, xq.float(), {})
+                                                                  is not None]
+    got = {}
+    for flag in ("1", "0"):
+        os.environ["TETRT_QUANT_KERNELS"] = flag
+        got[flag] = weight_quantizer.quantize(xq.float())
+    names, _ = got["0"].__tensor_flatten__()
+    out["dispatch quantize 128x128 from fp32"] = [same(getattr(got["1"], n), getattr(got["0"], n)) for n in names]
     # FP8 blockwise writes TE's GEMM-ready scale buffers directly: a row count that is not a
     # multiple of 4 makes the transposed 1 x 128 buffer padded (zeros, as the reference's).
     xb = xq.repeat(2, 2)[:130, :384].contiguous()

@@ -7,9 +7,7 @@ caller runs it; nothing here changes a result):
   for one tensor, from the kernels of this package: FP8 current scaling, FP8 blockwise,
   MXFP8 (1-D blocks) and NVFP4 (1-D or 16 x 16 blocks, with the column-wise Hadamard
   transform and stochastic rounding). Not covered (the reference runs): FP8 delayed
-  scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks, FP8
-  128 x 128 blocks of inputs other than bf16 (not yet checked on a GPU in their kernel's
-  current form). NVFP4's
+  scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks. NVFP4's
   stochastic rounding draws one seed per layout exactly as the reference does (same
   generator and device, in the same order) and makes the reference's Philox draws in the
   kernel (:mod:`tetrt_support.quant.philox`), so the same RNG state gives the same bytes.
@@ -66,14 +64,7 @@ def _current_scaling(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[s
 def _blockwise(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
     if options:
         return None
-    from tetrt_support.quant.kernels._common import clamp_before_dual_store
     from tetrt_support.quant.kernels.float8 import blockwise_quantize
-
-    if q.block_scaling_dim == 2 and clamp_before_dual_store(x2d):
-        # The 128 x 128 kernel's form with the explicit clamp has not been through
-        # scripts/gpu_check.py on a GPU yet; without the clamp it wrote wrong column-wise
-        # bytes from fp32 there.
-        return None
 
     rd, rs, cd, cs = blockwise_quantize(
         x2d, q.fp8_dtype, q.block_scaling_dim, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,

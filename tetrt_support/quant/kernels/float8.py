@@ -216,10 +216,13 @@ def _scale_buffer(compact_shape: tuple[int, int], block_scaling_dim: int, device
 
 _BLOCKWISE = Launcher(
     _blockwise_kernel,
-    # (SLAB_1, SLAB_2, warps): the fastest forms of a 2026-12 H200 probe (bf16): both 1 x 128
+    # (SLAB_1, SLAB_2, warps): the fastest forms of 2026-12 H200 probes (bf16): both 1 x 128
     # layouts of an 8192 x 4096 activation with (64, 64, 4); a 4096 x 4096 weight's 128 x 128
-    # blocks with (64, 64, 8). The autotuner picks among them per shape.
-    tile_configs([(64, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (32, 32, 4), (128, 64, 8)],
+    # blocks with (64, 64, 8); the row-wise layout alone with (64, 32, 8). The second line
+    # holds forms with fewer registers per thread for the column-wise program (its limit:
+    # 121 registers, a quarter occupancy, at (32, 32, 4)). The autotuner picks per shape.
+    tile_configs([(64, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (32, 32, 4), (128, 64, 8),
+                  (64, 16, 4), (32, 16, 4), (64, 32, 8), (32, 32, 8), (32, 64, 8), (32, 128, 8)],
                  names=("SLAB_1", "SLAB_2")),
     key=["M", "K", "TWO_D", "ROWWISE", "COLUMNWISE"], fixed={"SLAB_1": 32, "SLAB_2": 32},
 )
