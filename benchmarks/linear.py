@@ -33,9 +33,9 @@ def fp8_tensorwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @dataclass
 class ForwardCase:
-    """The FP8 forward against raw ``_scaled_mm`` at ``size`` cubed: ``x``, the raw GEMM's
-    operands quantized beforehand, and an fp8_current ``Linear`` holding ``w`` whose weight
-    cache is filled (for ``is_first_microbatch=False``)."""
+    """The FP8 forward against raw ``_scaled_mm``: the input ``x``, the raw GEMM's operands
+    quantized beforehand, and an fp8_current ``Linear`` whose weight cache is filled (for
+    ``is_first_microbatch=False``)."""
 
     x: torch.Tensor
     layer: Any

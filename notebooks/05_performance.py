@@ -367,9 +367,7 @@ print(*wrap_lines("\n".join(training.missed_against_bounds(steps, bounds))), sep
 #     quantize kernels at 70% of the copy's speed, where these ran at 58% (a program per
 #     1 x 128 layout and the conversion's own saturation took them from 45%); its wgrad
 #     GEMM, with 1 x 128 scales on both operands, alone takes 0.070 ms more than its
-#     fprop, about six times the 0.012 ms the bounds run's step is short by. Running the column-wise
-#     quantize on a second CUDA stream beside the GEMMs did not help: the GEMMs hold every
-#     SM (`docs/architecture.md` has the probe's figures).
+#     fprop, about six times the 0.012 ms the bounds run's step is short by.
 #   - NVFP4's 0.75x at the small size is above its bound (0.674x in the bounds run): the
 #     emulated GEMMs alone take longer than the whole step may. Only Blackwell's FP4 GEMM
 #     would move that bound.

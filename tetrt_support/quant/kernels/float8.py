@@ -219,8 +219,10 @@ _BLOCKWISE = Launcher(
     # (SLAB_1, SLAB_2, warps): the fastest forms of 2026-12 H200 probes (bf16): both 1 x 128
     # layouts of an 8192 x 4096 activation with (64, 64, 4); a 4096 x 4096 weight's 128 x 128
     # blocks with (64, 64, 8); the row-wise layout alone with (64, 32, 8). The second line
-    # holds forms with fewer registers per thread for the column-wise program (its limit:
-    # 121 registers, a quarter occupancy, at (32, 32, 4)). The autotuner picks per shape.
+    # adds narrower slabs and 8-warp forms, which give the column-wise program fewer
+    # registers per thread (ptxas: 80 at SLAB_2 16 with 4 warps or 32 with 8, against
+    # 120-158 for the first line's 4-warp forms; ncu on the H200: 121 registers and a
+    # quarter occupancy at (32, 32, 4)). The autotuner picks per shape.
     tile_configs([(64, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (32, 32, 4), (128, 64, 8),
                   (64, 16, 4), (32, 16, 4), (64, 32, 8), (32, 32, 8), (32, 64, 8), (32, 128, 8)],
                  names=("SLAB_1", "SLAB_2")),
