@@ -154,7 +154,9 @@ else:
 # GEMM.
 
 # %%
-print(*perf.gpu_check_claims(results.load(f"{RESULTS}/gpu_check_cuda.json", "gpu_check")), sep="\n")
+gpu_check = results.load(f"{RESULTS}/gpu_check_cuda.json", "gpu_check")
+print(*perf.gpu_check_claims(gpu_check), sep="\n")
+display(perf.gpu_check_kernel_table(gpu_check))
 
 # %%
 perf.linear_table(cuda)
@@ -234,26 +236,25 @@ display(training.clock_table(steps))
 
 # %% [markdown]
 # **Reading.** At the large size every step target is met in this run, in all three ways.
-# fp8_current is 1.715x bf16 in the default mode, 1.716x with `reduce-overhead` and 1.724x
-# as one graph, ahead of torchao each time (1.090x, 1.092x and 1.095x its speed). fp8_block,
-# on the native blockwise GEMM, is 1.472-1.484x; MXFP8 and NVFP4, emulated, are
-# 0.945-0.976x and 0.807-0.824x. That size ran at the power cap in 97-100% of the samples.
+# fp8_current is 1.780x bf16 in the default mode, 1.726x with `reduce-overhead` and 1.767x
+# as one graph, ahead of torchao each time (1.108x, 1.086x and 1.097x its speed). fp8_block,
+# on the native blockwise GEMM, is 1.499-1.523x; MXFP8 and NVFP4, emulated, are
+# 0.954-0.971x and 0.812-0.820x. That size ran at the power cap in 96-100% of the samples.
 #
 # At the small size the three ways differ by the host. In the default mode every recipe of
-# this project is bound by it: the fp8_current profile shows 0.73 ms of kernels under
-# 2.48 ms of host time (the breakdown: each custom op costs about 0.45 ms of host time when
-# called directly). Captured as one graph the host is out of the way, and the ratios are the
-# GPU's: fp8_current 1.436x bf16 (three FP8 GEMMs of 0.19-0.20 ms each, 0.13 ms of amax and
-# cast kernels), ahead of torchao's 1.288x. That meets the 1.35x aim, which the host hides
-# in the default mode (0.401x) and, in this run, just misses with `reduce-overhead`
-# (1.342x). MXFP8 meets its 0.75x in both graph ways (0.814x and 0.769x).
+# this project is bound by it: the fp8_current profile shows 0.72 ms of kernels under
+# 2.19 ms of host time (the breakdown: the forward custom op costs 0.76 ms of host time and
+# the backward 0.67 ms when called directly). Captured as one graph the host is out of the
+# way, and the ratios are the GPU's: fp8_current 1.439x bf16 (three FP8 GEMMs of
+# 0.18-0.20 ms each, 0.13 ms of amax and cast kernels), ahead of torchao's 1.301x. That
+# meets the 1.35x aim, which the host hides in the default mode (0.479x) and, in this run,
+# just misses with `reduce-overhead` (1.326x). fp8_block meets its 1.2x as one graph
+# (1.233x; 1.183x in the previous stored run, before the column-wise quantize program was
+# rewritten, section "What bounds the step") and misses it with `reduce-overhead` (1.180x).
+# MXFP8 meets its 0.75x in both graph ways (0.801x and 0.771x).
 #
-# Missed at the small size in all three ways:
-# - fp8_block 1.183x as one graph and 1.171x with `reduce-overhead` (1.2x aimed; 1.128x as
-#   one graph in the previous stored run, before the blockwise quantize kernel was
-#   rewritten). The bounds below take that step apart.
-# - NVFP4 0.561x at best (0.75x aimed): its emulated GEMMs alone take longer than 0.75x
-#   allows (below).
+# Missed at the small size in all three ways: NVFP4, 0.556x at best (0.75x aimed). Its
+# emulated GEMMs alone take longer than 0.75x allows (below).
 #
 # The clock table says how far these ratios carry: most samples of every graph run were
 # taken at the power cap, with the SM clock well under its 1980 MHz, so each step's time
@@ -283,22 +284,27 @@ print(*training.bound_baselines(bounds), sep="\n")
 display(training.bound_table(bounds))
 
 # %% [markdown]
-# **Reading.** In this run each step takes its GEMMs plus its quantization to within 5%
-# (fp8_block at the small size: 0.772 + 0.152 = 0.924 ms of parts, and 1.079 ms / 1.185 =
-# 0.911 ms for its step), so the parts account for the whole.
+# **Reading.** In this run each step takes its GEMMs plus its quantization to within 5%,
+# so the parts account for the whole (fp8_block at the small size: 0.769 + 0.134 =
+# 0.903 ms of parts, and 1.063 ms / 1.236 = 0.860 ms for its step).
 #
-# - **NVFP4 at the small size: its aim is above its bound** (0.75x against 0.674x). The
-#   emulated GEMMs alone take 1.488 ms, more than the 1.438 ms that 0.75x allows (this
-#   run's 1.079 ms bf16 step / 0.75). No quantization kernel can close that on Hopper; only
-#   other GEMMs (Blackwell's native FP4 GEMM) would move the bound.
-# - **fp8_block at the small size: its aim is within its bound** (1.2x against 1.253x), but
-#   only with faster quantization. 1.2x allows 0.899 ms per step; after the 0.772 ms of
-#   GEMMs that leaves 0.127 ms for the three quantize calls, whose floor is 0.089 ms and
-#   which took 0.152 ms: the kernels would need 70% of the copy's speed, and run at 58%
-#   (45% before the blockwise kernel's rewrite). The step is 1.185x, 0.012 ms short.
+# - **NVFP4 at the small size: its aim is above its bound** (0.75x against 0.685x). The
+#   emulated GEMMs alone take 1.439 ms, more than the 1.417 ms that 0.75x allows (this
+#   run's 1.063 ms bf16 step / 0.75). No quantization kernel can close that; only other
+#   GEMMs would move the bound: Blackwell's native FP4 GEMM, or an emulation that reads the
+#   FP4 operands itself and applies the per-tensor factors in its epilogue (not attempted).
+# - **fp8_block at the small size is at its bound** (1.236x against 1.239x, 1.2x aimed).
+#   Its three quantize calls took 0.134 ms against a floor of 0.088 ms: 66% of the copy's
+#   speed, where the previous stored run's took 0.152 ms (58%). What changed is the
+#   column-wise 1 x 128 program: it stored its cast tile transposed, which Triton lowered
+#   to single-byte stores into shared memory, 64 per thread and slab; it now loads the tile
+#   as eight parts of one row in eight, so each thread holds eight consecutive rows of its
+#   columns, packs them in registers (`tl.join`) and moves 8-byte words. The bytes are the
+#   same (section 3's check), and the kernel that quantizes both layouts of an 8192 x 4096
+#   input takes 51.0 us there ("blockwise 1x128 both"; 57.6 us in the previous stored run).
 # - fp8_current's quantization runs at 90% (small) and 91% (large) of the copy's speed:
-#   its step is at its bound at the small size and within 2% of it at the large one
-#   (1.439x against 1.436x, 1.761x against 1.789x).
+#   its step is within 1% of its bound at the small size and within 2% at the large one
+#   (1.440x against 1.451x, 1.780x against 1.804x).
 # - Every other aim is within its bound, and every GEMM graph replayed last gave the
 #   eager call's bytes.
 #
@@ -310,13 +316,13 @@ display(training.bound_table(bounds))
 display(training.gemm_split_table(bounds))
 
 # %% [markdown]
-# fp8_block's wgrad is the exception: 1.30x its fprop at the small size, 1.37x at the
+# fp8_block's wgrad is the exception: 1.29x its fprop at the small size, 1.39x at the
 # large. It is the one GEMM of that step with 1 x 128 scales on both operands (the output
 # gradient and the input, both scaled along the token dim, as TransformerEngine's blockwise
 # recipe defines it); the fprop and dgrad have a 128 x 128-scaled weight on one side. At
-# the small size the wgrad's 0.070 ms over the fprop is about six times the 0.012 ms between
-# the step (0.911 ms) and what 1.2x allows (0.899 ms). That time is inside cuBLASLt's GEMM,
-# which this collection calls and does not write.
+# the small size the wgrad's 0.066 ms over the fprop is most of what separates fp8_block's
+# bound (1.239x) from fp8_current's (1.451x). That time is inside cuBLASLt's GEMM, which
+# this collection calls and does not write.
 #
 # **The FP8 forward, bounded the same way.** The same run also timed, as CUDA graphs
 # round-robin at m = n = k = 8192, raw `torch._scaled_mm` on operands quantized
@@ -330,9 +336,9 @@ display(training.gemm_split_table(bounds))
 display(training.forward_bound_table(bounds))
 
 # %% [markdown]
-# Both forwards are within 2% of current scaling's bound (0.820 of 0.833, 0.910 of
-# 0.909), and both aims are above even the one-read bound (0.90 against 0.893, 0.95 against
-# 0.943). At this GEMM's speed and this copy bandwidth no quantization of `x` and `W`
+# Both forwards are within 1% of current scaling's bound (0.827 of 0.835, 0.906 of
+# 0.910), and both aims are above even the one-read bound (0.90 against 0.894, 0.95 against
+# 0.944). At this GEMM's speed and this copy bandwidth no quantization of `x` and `W`
 # before the GEMM, however it finds its scale, leaves room for them.
 #
 # **Every target section 4's run missed in all three ways, against its bound** (the step
@@ -363,20 +369,18 @@ print(*wrap_lines("\n".join(training.missed_against_bounds(steps, bounds))), sep
 #   here. Run as one CUDA graph the host is out of the way, and fp8_current meets its aim.
 #   What is left is GPU time, and the bounds table says how much of it faster kernels
 #   could win:
-#   - fp8_block's 1.2x is within its bound (1.253x in the bounds run), but only with
-#     quantize kernels at 70% of the copy's speed, where these ran at 58% (a program per
-#     1 x 128 layout and the conversion's own saturation took them from 45%); its wgrad
-#     GEMM, with 1 x 128 scales on both operands, alone takes 0.070 ms more than its
-#     fprop, about six times the 0.012 ms the bounds run's step is short by.
-#   - NVFP4's 0.75x at the small size is above its bound (0.674x in the bounds run): the
-#     emulated GEMMs alone take longer than the whole step may. Only Blackwell's FP4 GEMM
-#     would move that bound.
+#   - NVFP4's 0.75x at the small size is above its bound (0.685x in the bounds run): the
+#     emulated GEMMs alone take longer than the whole step may. A GEMM that reads the FP4
+#     operands itself, or Blackwell's FP4 GEMM, would move that bound.
+#   - fp8_block's 1.2x is met as one graph (1.233x) and missed with `reduce-overhead`
+#     (1.180x); the bounds run puts its step at its bound (1.236x of 1.239x), and its wgrad
+#     GEMM, with 1 x 128 scales on both operands, is the part of that bound inside cuBLASLt.
 #   - The GPU runs these steps at its power cap (the clock table above), so a ratio near
 #     its aim can fall either side of it from run to run.
 # - **The FP8 forward against raw `_scaled_mm`** misses its aims (0.90, and 0.95 with a
 #   cached weight) by a margin no quantizer can close on this machine: the bounds run puts
 #   both aims above the ratio that quantizing the inputs with ONE read at copy speed would
-#   allow (0.893 and 0.943), and the forwards at 98-100% of current scaling's own two-read
+#   allow (0.894 and 0.944), and the forwards at 99-100% of current scaling's own two-read
 #   bound. Even TransformerEngine's delayed scaling, whose cast needs no amax pass first,
 #   reads its input once.
 # - **Complex side.** Both aims are met in this run: the lowered RoPE compiled without

@@ -125,3 +125,14 @@ def test_gpu_check_claims_count_the_unequal_cases_by_family_and_dtype() -> None:
         "  not equal: current, float32: 2 cases"]
     stored = perf.gpu_check_claims(results.load(RESULTS_DIR / "gpu_check_cuda.json", "gpu_check"))
     assert all("float32" in line for line in stored[1:])  # every unequal case of the stored run is an fp32 input
+
+
+def test_gpu_check_kernel_table_lists_every_timed_kernel_with_its_unit() -> None:
+    result = {"kernel_times_8192x4096": {"copy bf16 (ceiling)": {"us": 33.44, "GBps": 4019.0},
+                                         "bf16 mm": {"us": 396.4, "TFLOPs": 693.0}}}
+    table = perf.gpu_check_kernel_table(result)
+    assert table.rows == (("copy bf16 (ceiling)", "33.4", "4019 GB/s"), ("bf16 mm", "396.4", "693 TFLOP/s"))
+    with pytest.raises(KeyError, match="--skip times"):
+        perf.gpu_check_kernel_table({"bit_identity": []})
+    stored = perf.gpu_check_kernel_table(results.load(RESULTS_DIR / "gpu_check_cuda.json", "gpu_check"))
+    assert "blockwise 1x128 both" in str(stored)

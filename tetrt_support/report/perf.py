@@ -76,6 +76,17 @@ def gpu_check_claims(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+
+def gpu_check_kernel_table(result: Mapping[str, Any]) -> Table:
+    """The kernel times ``scripts/gpu_check.py`` took at 8192 x 4096 (CUDA events, median):
+    each quantize kernel beside a bf16 copy of the same input, and the GEMMs at that M."""
+    times = result.get("kernel_times_8192x4096")
+    if not times:
+        raise KeyError("gpu_check file has no kernel_times_8192x4096 section (run without --skip times)")
+    rows = [(name, f"{v['us']:.1f}", f"{v['GBps']:.0f} GB/s" if "GBps" in v else f"{v['TFLOPs']:.0f} TFLOP/s")
+            for name, v in times.items()]
+    return Table(rows, ["kernel (input 8192 x 4096)", "us", "throughput"], title="scripts/gpu_check.py kernel times")
+
 def _variants(result: Mapping[str, Any], suite: str) -> dict[str, Any]:
     section = result["suites"].get(suite)
     if section is None or "error" in section:

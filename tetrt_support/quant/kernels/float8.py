@@ -107,6 +107,60 @@ def current_scaling_quantize(
 
 # ------------------------------------------------------------------------ blockwise
 @triton.jit
+def _one_row_in_eight(x_ptr, first, r: tl.constexpr, offs_c, mask_c, M, stride_xm, ROWS: tl.constexpr):
+    """``[c, a] = x[first + 8 a + r, offs_c[c]]`` (a < ROWS / 8) as fp32, 0 outside x."""
+    offs_t = (first + tl.arange(0, ROWS // 8) * 8 + r).to(tl.int64)
+    mask = mask_c[:, None] & (offs_t[None, :] < M)
+    return tl.load(x_ptr + offs_t[None, :] * stride_xm + offs_c[:, None], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _load_in_eighths(x_ptr, first, offs_c, mask_c, M, stride_xm, ROWS: tl.constexpr):
+    """Rows first .. first + ROWS of x at columns ``offs_c`` as eight (C, ROWS / 8) parts,
+    part r holding rows first + 8 a + r. The eight loads share one layout, so each thread
+    holds eight consecutive rows of its columns, which a transposed store needs
+    (:func:`_store_transposed`)."""
+    return (_one_row_in_eight(x_ptr, first, 0, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 1, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 2, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 3, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 4, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 5, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 6, offs_c, mask_c, M, stride_xm, ROWS),
+            _one_row_in_eight(x_ptr, first, 7, offs_c, mask_c, M, stride_xm, ROWS))
+
+
+@triton.jit
+def _cast_eighths(x0, x1, x2, x3, x4, x5, x6, x7, scale, MAX_VALUE: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                  SOFTWARE: tl.constexpr, E4M3: tl.constexpr):
+    """:func:`saturating_fp8_cast` of each part times ``scale``. Each cast is stored once (no
+    explicit clamp: that is for kernels storing one cast tile both ways)."""
+    return (saturating_fp8_cast(x0 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x1 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x2 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x3 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x4 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x5 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x6 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False),
+            saturating_fp8_cast(x7 * scale, MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False))
+
+
+@triton.jit
+def _store_transposed(out_ptr, q0, q1, q2, q3, q4, q5, q6, q7, first, offs_c, mask_c, M, ROWS: tl.constexpr):
+    """The eight parts of :func:`_load_in_eighths`, cast, stored transposed into a row-major
+    (K, M) buffer: ``out[c, first + t]``.
+
+    tl.join packs each thread's eight rows of a column in its registers, so the layout
+    change before the store moves 8-byte words through shared memory; tl.trans of a cast
+    (ROWS, C) tile moved single bytes (st.shared.b8), 64 per thread and 128 x 64 slab."""
+    q = tl.join(tl.join(tl.join(q0, q1), tl.join(q2, q3)), tl.join(tl.join(q4, q5), tl.join(q6, q7)))
+    # q[c, a, k, i, h] is row 8a + 4h + 2i + k: reorder to [c, 8a + 4h + 2i + k]
+    q = tl.reshape(tl.permute(q, (0, 1, 4, 3, 2)), (q0.shape[0], ROWS))
+    offs_t = (first + tl.arange(0, ROWS)).to(tl.int64)
+    tl.store(out_ptr + offs_c[:, None] * M + offs_t[None, :], q, mask=mask_c[:, None] & (offs_t[None, :] < M))
+
+
+@triton.jit
 def _blockwise_kernel(
     x_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, M, K, stride_xm,
     stride_rs0, stride_rs1, stride_cs0, stride_cs1,
@@ -125,8 +179,9 @@ def _blockwise_kernel(
     side by side in the launch order (grid axis 0), one per layout; the second reads the
     tile from L2. The row-wise program walks SLAB_1-row slabs (each row's block lies in
     its slab); the column-wise one walks B x SLAB_2 column slabs (each column's block
-    lies in its slab) and stores them transposed. One program doing both held the
-    column-wise slab's registers while it did the row-wise work, at a quarter occupancy.
+    lies in its slab), each loaded as eight parts of one row in eight, and stores them
+    transposed with 8-byte words (:func:`_store_transposed`). One program doing both held
+    the column-wise slab's registers while it did the row-wise work, at a quarter occupancy.
 
     B x B blocks (one scale per tile, both layouts the same bytes, the column-wise one
     transposed): a running elementwise maximum over SLAB_1-row slabs, one reduction,
@@ -177,17 +232,20 @@ def _blockwise_kernel(
             tl.store(row_data_ptr + offs_m[:, None] * K + offs_k[None, :], q_row, mask=mask)
             tl.store(row_scale_ptr + offs_m * stride_rs0 + pid_k * stride_rs1, reciprocal(row_scale), mask=mask_m)
     else:
-        offs_t = (pid_m * B + tl.arange(0, B)).to(tl.int64)
-        mask_t = offs_t < M
+        # Eight loads of one row in eight (:func:`_load_in_eighths`): the transposed store
+        # then moves words, not bytes, through shared memory (:func:`_store_transposed`).
+        first_t = pid_m * B
         for j in tl.static_range(B // SLAB_2):
             offs_c = (pid_k * B + j * SLAB_2 + tl.arange(0, SLAB_2)).to(tl.int64)
             mask_c = offs_c < K
-            mask_tc = mask_t[:, None] & mask_c[None, :]
-            xt = tl.load(x_ptr + offs_t[:, None] * stride_xm + offs_c[None, :], mask=mask_tc, other=0.0).to(tl.float32)
-            col_scale = scale_from_amax(block_amax(xt, 0), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
+            x0, x1, x2, x3, x4, x5, x6, x7 = _load_in_eighths(x_ptr, first_t, offs_c, mask_c, M, stride_xm, B)
+            running = tl.maximum(tl.maximum(tl.maximum(tl.abs(x0), tl.abs(x1)), tl.maximum(tl.abs(x2), tl.abs(x3))),
+                                 tl.maximum(tl.maximum(tl.abs(x4), tl.abs(x5)), tl.maximum(tl.abs(x6), tl.abs(x7))))
+            col_scale = scale_from_amax(block_amax(running, 1), MAX_VALUE, POWER_OF_2, EPSILON, VALUE_FOR_INF)
             tl.store(col_scale_ptr + offs_c * stride_cs0 + pid_m * stride_cs1, reciprocal(col_scale), mask=mask_c)
-            q_col = saturating_fp8_cast(xt * col_scale[None, :], MAX_VALUE, OUT_DTYPE, SOFTWARE, E4M3, False)
-            tl.store(col_data_ptr + offs_c[:, None] * M + offs_t[None, :], tl.trans(q_col), mask=tl.trans(mask_tc))
+            q0, q1, q2, q3, q4, q5, q6, q7 = _cast_eighths(x0, x1, x2, x3, x4, x5, x6, x7, col_scale[:, None], MAX_VALUE,
+                                                           OUT_DTYPE, SOFTWARE, E4M3)
+            _store_transposed(col_data_ptr, q0, q1, q2, q3, q4, q5, q6, q7, first_t, offs_c, mask_c, M, B)
 
 
 BLOCK = 128
@@ -219,10 +277,11 @@ _BLOCKWISE = Launcher(
     # (SLAB_1, SLAB_2, warps): the fastest forms of 2026-12 H200 probes (bf16): both 1 x 128
     # layouts of an 8192 x 4096 activation with (64, 64, 4); a 4096 x 4096 weight's 128 x 128
     # blocks with (64, 64, 8); the row-wise layout alone with (64, 32, 8). The second line
-    # adds narrower slabs and 8-warp forms, which give the column-wise program fewer
-    # registers per thread (ptxas: 80 at SLAB_2 16 with 4 warps or 32 with 8, against
-    # 120-158 for the first line's 4-warp forms; ncu on the H200: 121 registers and a
-    # quarter occupancy at (32, 32, 4)). The autotuner picks per shape.
+    # adds narrower slabs and 8-warp forms, which mostly hold fewer registers per thread
+    # (ptxas of Triton 3.8, both 1 x 128 programs in one kernel: 72-107 against 94-128 for
+    # the first line's forms; 80-158 over all twelve before the column-wise program stored
+    # words). The autotuner picks per shape; those probes predate the column-wise rewrite,
+    # which was timed only autotuned.
     tile_configs([(64, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (32, 32, 4), (128, 64, 8),
                   (64, 16, 4), (32, 16, 4), (64, 32, 8), (32, 32, 8), (32, 64, 8), (32, 128, 8)],
                  names=("SLAB_1", "SLAB_2")),
