@@ -320,9 +320,10 @@ display(training.gemm_split_table(bounds))
 # large. It is the one GEMM of that step with 1 x 128 scales on both operands (the output
 # gradient and the input, both scaled along the token dim, as TransformerEngine's blockwise
 # recipe defines it); the fprop and dgrad have a 128 x 128-scaled weight on one side. At
-# the small size the wgrad's 0.066 ms over the fprop is most of what separates fp8_block's
-# bound (1.239x) from fp8_current's (1.451x). That time is inside cuBLASLt's GEMM, which
-# this collection calls and does not write.
+# the small size the wgrad's 0.066 ms over the fprop is 40% of the 0.167 ms by which
+# fp8_block's three GEMMs (0.769 ms) exceed fp8_current's (0.602 ms), the gap between their
+# bounds (1.239x and 1.451x). That time is inside cuBLASLt's GEMM, which this collection
+# calls and does not write.
 #
 # **The FP8 forward, bounded the same way.** The same run also timed, as CUDA graphs
 # round-robin at m = n = k = 8192, raw `torch._scaled_mm` on operands quantized
