@@ -299,7 +299,8 @@ display(training.bound_table(bounds))
 #   column-wise 1 x 128 program: it stored its cast tile transposed, which Triton lowered
 #   to single-byte stores into shared memory, 64 per thread and slab; it now loads the tile
 #   as eight parts of one row in eight, so each thread holds eight consecutive rows of its
-#   columns, packs them in registers (`tl.join`) and moves 8-byte words. The bytes are the
+#   columns, packs them in registers (`tl.join`) and moves 8-byte words (the PTX, which
+#   `tests/quant/test_kernel_codegen.py` compiles on the CPU and checks). The bytes are the
 #   same (section 3's check), and the kernel that quantizes both layouts of an 8192 x 4096
 #   input takes 51.0 us there ("blockwise 1x128 both"; 57.6 us in the previous stored run).
 # - fp8_current's quantization runs at 90% (small) and 91% (large) of the copy's speed:

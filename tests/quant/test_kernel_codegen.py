@@ -5,8 +5,9 @@ came from its transposed store: stored as ``tl.trans`` of the cast tile, Triton 
 tile through shared memory one byte per instruction (``st.shared.b8``, 64 per thread and
 slab), and the kernel that quantizes both layouts took 57.6 us at 8192 x 4096; loaded as
 eight parts and packed with ``tl.join``, it moves 8-byte words and took 51.0 us (the
-stored ``benchmarks/results/gpu_check_cuda.json``; 57.6 us is the run before it). This test keeps that property: no byte-wide
-shared-memory access in any 1 x 128 form the autotuner may pick.
+stored ``benchmarks/results/gpu_check_cuda.json``; 57.6 us is the run before it). This
+test keeps that property: no byte-wide shared-memory access in any 1 x 128 form the
+autotuner may pick.
 """
 
 from __future__ import annotations
