@@ -393,6 +393,35 @@ def check_compile(report: dict[str, Any]) -> None:
     report["compile"] = rows
 
 
+def check_inline(report: dict[str, Any]) -> None:
+    """The inline fp8_current step (``compile_as="auto"`` under torch.compile, inductor on
+    CUDA) against the custom ops run eagerly with the kernels: y, dgrad, wgrad (and dbias)
+    byte for byte, per shape, with and without bias, with the recipe's GEMM settings."""
+    from tetrt_support.quant.linear import Linear
+
+    rows = []
+    for t, k, n in ((2048, 1024, 512), (4096, 4096, 4096), (1000, 2048, 4096)):
+        for bias in (False, True):
+            torch.manual_seed(1)
+            eager = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="custom_ops")
+            inline = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
+            inline.load_state_dict(eager.state_dict())
+            x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
+            dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16)
+            torch._dynamo.reset()
+            outs = []
+            for layer, fn in ((eager, eager), (inline, torch.compile(inline, fullgraph=True))):
+                xi = x.clone().requires_grad_(True)
+                y = fn(xi)
+                y.backward(dy)
+                outs.append([y, xi.grad, layer.weight.grad] + ([layer.bias.grad] if bias else []))
+            names = ["y", "dgrad", "wgrad", "dbias"]
+            rows.append({"shape": [t, k, n], "bias": bias,
+                         "equal": {nm: bytes_equal(a, b) for nm, a, b in zip(names, *outs)},
+                         "mismatches": {nm: mismatches(a, b) for nm, a, b in zip(names, *outs)}})
+    report["inline_fp8_current"] = rows
+
+
 def time_kernels(report: dict[str, Any]) -> None:
     """Median GPU time of each kernel at one training size (bandwidth against the bytes it must move).
 
@@ -466,7 +495,7 @@ def time_kernels(report: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device", file=sys.stderr)
@@ -492,7 +521,7 @@ def main() -> int:
     for part, fn in (("kernels", fixed_tiles), ("kernels_autotuned", tuned_tiles),
                      ("quantizers", lambda: check_quantizers(kernel_rows)), ("linear", lambda: check_linear(report)),
                      ("gemms", lambda: check_gemms(report)), ("times", lambda: time_kernels(report)),
-                     ("compile", lambda: check_compile(report))):
+                     ("compile", lambda: check_compile(report)), ("inline", lambda: check_inline(report))):
         if part in skip:
             continue
         t0 = time.perf_counter()
@@ -517,7 +546,7 @@ def main() -> int:
     cuda_diff = sorted({r["case"].split(" ")[0] + " " + k for r in kernel_rows for k, v in r.get("buffers", {}).items()
                         if v.get("cuda_eager_reference_equals_cpu") is False})
     print("cuda eager reference differs from cpu in:", cuda_diff[:20])
-    for key in ("fp8_blockwise_gemm", "emulated_gemm", "linear_y_dx_dw", "kernel_times_8192x4096", "compile"):
+    for key in ("fp8_blockwise_gemm", "emulated_gemm", "linear_y_dx_dw", "kernel_times_8192x4096", "compile", "inline_fp8_current"):
         print(key, json.dumps(report.get(key), indent=None)[:1500])
     for key in [k for k in report if k.endswith("_error")]:
         print(key, report[key])

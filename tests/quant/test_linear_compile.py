@@ -79,7 +79,7 @@ def test_cached_weight_is_reused_without_recompiles(fake_impl: str, recipe: str)
     from tetrt_support.quant.linear import Linear
 
     torch.manual_seed(0)
-    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl, compile_as="custom_ops")
     x, _ = _data()
     expected = layer(x).detach()
 

@@ -34,7 +34,7 @@ def test_opcheck(recipe: str, fake_impl: str) -> None:
     (it sums every output into a loss) and backward test_schema (it does arithmetic on
     the FP8 inputs). Both paths are exercised by the aot_eager compile tests and the
     explicit aliasing test below."""
-    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl, compile_as="custom_ops")
     x = torch.randn(32, 64, requires_grad=True)
     args = _forward_args(layer, x)
     torch.library.opcheck(layer._ops.forward, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
@@ -65,7 +65,7 @@ def test_outputs_alias_no_input_and_no_other_output(recipe: str, cached: bool) -
 def test_forward_and_backward_equal_the_dequantized_reference(recipe: str, fake_impl: str) -> None:
     """The GEMMs (torch._scaled_mm for per-tensor FP8, fp32 matmul of dequantized
     operands for block formats) equal fp32 arithmetic on the dequantized operands."""
-    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl)
+    layer = Linear(64, 32, recipe=fp32_recipe(recipe), fake_impl=fake_impl, compile_as="custom_ops")
     x = torch.randn(32, 64, requires_grad=True)
     grad = torch.randn(32, 32)
     y = layer(x)

@@ -59,7 +59,7 @@ def gemms(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str | None, str | None]
 
 def _layer(recipe: str, fake_impl: str = "make_empty_traceable", *, bias: bool = True) -> Linear:
     torch.manual_seed(0)
-    return Linear(IN, OUT, recipe=fp32_recipe(recipe), fake_impl=fake_impl, bias=bias)
+    return Linear(IN, OUT, recipe=fp32_recipe(recipe), fake_impl=fake_impl, bias=bias, compile_as="custom_ops")
 
 
 def _inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -43,6 +43,7 @@ import math
 
 import torch
 
+from tetrt_support.quant import inline_linear
 from tetrt_support.quant.fake_impls import get_strategy
 from tetrt_support.quant.ops import linear_ops, with_usage
 from tetrt_support.quant.recipes import Recipe, as_recipe
@@ -51,6 +52,9 @@ from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
 #: the Linear's quantizer attributes; assigning one re-derives what depends on it
 _QUANTIZER_FIELDS = ("input_quantizer", "weight_quantizer", "grad_quantizer")
+#: how the step enters a torch.compile graph: "auto" (inline where the recipe has an inline
+#: form, else the custom ops), "inline" (always, eager too) or "custom_ops"
+COMPILE_AS = ("auto", "inline", "custom_ops")
 
 
 class Linear(torch.nn.Module):
@@ -64,15 +68,21 @@ class Linear(torch.nn.Module):
         bias: bool = True,
         recipe: str | Recipe = "fp8_current",
         fake_impl: str = "make_empty_traceable",
+        compile_as: str = "auto",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         recipe = as_recipe(recipe)
         quantizers = recipe.quantizers()  # raise on a bad name before allocating
+        if compile_as not in COMPILE_AS:
+            raise ValueError(f"Linear: compile_as must be one of {COMPILE_AS}, got {compile_as!r}")
+        self.compile_as = compile_as
         self._strategy = get_strategy(fake_impl)
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.recipe, self.fake_impl = recipe, fake_impl
+        # The recipe's GEMM settings stay the layer's when a quantizer is replaced.
+        self.fast_accum = recipe.fast_accum
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, **factory))
         self.bias = torch.nn.Parameter(torch.empty(out_features, **factory)) if bias else None
@@ -107,6 +117,13 @@ class Linear(torch.nn.Module):
         if bad is not None:
             raise TypeError(f"Linear.{bad} must be a Quantizer, got {type(getattr(self, bad)).__name__}")
         self._ops = linear_ops(*(type(q) for q in quantizers), self.fake_impl)
+        self._inline = inline_linear.supports_inline(quantizers)
+        if self.compile_as == "inline" and not self._inline:
+            raise ValueError(
+                "Linear(compile_as='inline'): the inline step covers FP8 current scaling for all three roles (no "
+                f"stored amax reduction group); these quantizers are {', '.join(type(q).__name__ for q in quantizers)}: "
+                "use compile_as='auto' or 'custom_ops'"
+            )
         if self.recipe is not None and quantizers != self.recipe.quantizers():
             self.recipe = None  # the layer no longer follows the recipe it was built with
         self._weight_templates = self._make_weight_templates()
@@ -131,6 +148,16 @@ class Linear(torch.nn.Module):
         grad_enabled = torch.is_grad_enabled()
         input_columnwise = grad_enabled and self.weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
+        if self._inline and is_first_microbatch is None and (
+            self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling())
+        ):
+            # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
+            # quantizer changed in place recompiles (a plan built at assignment would go stale).
+            plan = inline_linear.float8_plan((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
+                                             self.fast_accum)
+            out = inline_linear.float8_linear(x.reshape(-1, self.in_features), self.weight, self.bias, plan,
+                                              input_columnwise=input_columnwise, weight_columnwise=weight_columnwise)
+            return out.reshape(*x.shape[:-1], self.out_features)
         cache: list[torch.Tensor] = []
         if is_first_microbatch is False:
             if self._weight_cache is None or (weight_columnwise and not self._weight_cache_columnwise):
@@ -151,4 +178,4 @@ class Linear(torch.nn.Module):
         made_by = (f"recipe={str(self.recipe)!r}" if self.recipe is not None else
                    "recipe=None, " + ", ".join(f"{f}={getattr(self, f)!r}" for f in _QUANTIZER_FIELDS))
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"{made_by}, fake_impl={self.fake_impl!r}")
+                f"{made_by}, fake_impl={self.fake_impl!r}, compile_as={self.compile_as!r}")

@@ -28,6 +28,12 @@ tensor-parallel group when one is set; here the group is a per-call ``quantize``
 (``Float8Quantizer``, HYBRID, a history of 1024, ``"max"``) is stateful and is driven
 through its own ``update_scale``; it is no Linear recipe here.
 
+GEMM settings: ``fp8_current`` and ``fp8_block`` take TE's ``fp8_gemm_fprop``,
+``fp8_gemm_dgrad`` and ``fp8_gemm_wgrad`` (:class:`MMParams`, TE's defaults: current scaling
+accumulates its forward GEMM in FP8 fast mode, ``use_split_accumulator=False``, and its two
+backward GEMMs split; block scaling requires split accumulation in all three, as TE asserts).
+``Recipe.fast_accum`` gives them as ``torch._scaled_mm``'s ``use_fast_accum`` per GEMM.
+
 A :class:`Recipe` records its name and the options it was built with that differ from
 the defaults (``str(recipe)``: ``nvfp4(row_scaled_activation=True)``); two recipes are equal
 when those are. :class:`~tetrt_support.quant.linear.Linear` takes a recipe name or a Recipe.
@@ -37,6 +43,7 @@ compile-cache-sharing, quantizers).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +52,16 @@ from typing import Any
 import torch
 
 from tetrt_support.quant.base import Quantizer
+
+
+@dataclass(frozen=True)
+class MMParams:
+    """TE's per-GEMM setting: ``use_split_accumulator=False`` is FP8 fast accumulation."""
+
+    use_split_accumulator: bool = True
+
+
+_SPLIT = (MMParams(), MMParams(), MMParams())
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,13 @@ class Recipe:
     weight: Callable[[], Quantizer] = field(compare=False, repr=False)
     grad: Callable[[], Quantizer] = field(compare=False, repr=False)
     options: tuple[tuple[str, Any], ...] = ()
+    #: (fprop, dgrad, wgrad) GEMM settings
+    gemms: tuple[MMParams, MMParams, MMParams] = field(default=_SPLIT, compare=False, repr=False)
+
+    @property
+    def fast_accum(self) -> tuple[bool, bool, bool]:
+        """``use_fast_accum`` of the (fprop, dgrad, wgrad) FP8 GEMMs."""
+        return tuple(not p.use_split_accumulator for p in self.gemms)  # type: ignore[return-value]
 
     def quantizers(self) -> tuple[Quantizer, Quantizer, Quantizer]:
         """Fresh (input, weight, grad) quantizers."""
@@ -70,16 +94,39 @@ class Recipe:
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.options)})"
 
 
-def _fp8_current() -> Recipe:
+def _gemms(name: str, fprop: Any, dgrad: Any, wgrad: Any) -> tuple[MMParams, MMParams, MMParams]:
+    for role, value in (("fp8_gemm_fprop", fprop), ("fp8_gemm_dgrad", dgrad), ("fp8_gemm_wgrad", wgrad)):
+        if not isinstance(value, MMParams):
+            raise TypeError(f"{name} recipe: {role} must be an MMParams, got {type(value).__name__}")
+    return fprop, dgrad, wgrad
+
+
+def _fp8_current(
+    *,
+    fp8_gemm_fprop: MMParams = MMParams(use_split_accumulator=False),
+    fp8_gemm_dgrad: MMParams = MMParams(use_split_accumulator=True),
+    fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True),
+) -> Recipe:
     from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer as Q
 
-    return Recipe("fp8_current", Q, Q, lambda: Q(torch.float8_e5m2))
+    gemms = _gemms("fp8_current", fp8_gemm_fprop, fp8_gemm_dgrad, fp8_gemm_wgrad)
+    return Recipe("fp8_current", Q, Q, lambda: Q(torch.float8_e5m2), gemms=gemms)
 
 
-def _fp8_block() -> Recipe:
+def _fp8_block(
+    *,
+    fp8_gemm_fprop: MMParams = MMParams(),
+    fp8_gemm_dgrad: MMParams = MMParams(),
+    fp8_gemm_wgrad: MMParams = MMParams(),
+) -> Recipe:
     from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer as Q
 
-    return Recipe("fp8_block", lambda: Q(block_scaling_dim=1), lambda: Q(block_scaling_dim=2), lambda: Q(block_scaling_dim=1))
+    gemms = _gemms("fp8_block", fp8_gemm_fprop, fp8_gemm_dgrad, fp8_gemm_wgrad)
+    for role, params in zip(("fprop", "dgrad", "wgrad"), gemms):
+        if not params.use_split_accumulator:  # TE's Float8BlockScaling.__post_init__
+            raise ValueError(f"fp8_block recipe: split accumulator required for {role} (fp8_gemm_{role})")
+    return Recipe("fp8_block", lambda: Q(block_scaling_dim=1), lambda: Q(block_scaling_dim=2),
+                  lambda: Q(block_scaling_dim=1), gemms=gemms)
 
 
 def _mxfp8(*, enable_2d_quantization: bool = False) -> Recipe:
@@ -147,7 +194,7 @@ def get_recipe(name: str, **options: Any) -> Recipe:
     recipe = factory(**options)
     defaults = inspect.signature(factory).parameters
     changed = tuple(sorted((k, v) for k, v in options.items() if v != defaults[k].default))
-    return Recipe(recipe.name, recipe.input, recipe.weight, recipe.grad, changed)
+    return dataclasses.replace(recipe, options=changed)
 
 
 def as_recipe(recipe: str | Recipe) -> Recipe:

@@ -36,14 +36,15 @@ def tiny_mlp(
     recipe: str | Recipe, fake_impl: str, sizes: Sequence[int] = (64, 64, 32), *, seed: int = 0
 ) -> torch.nn.Sequential:
     """Linear -> ReLU -> ... -> Linear over ``sizes`` in fp32, deterministically initialised;
-    a recipe name goes through :func:`fp32_recipe`, a Recipe is used as given."""
+    a recipe name goes through :func:`fp32_recipe`, a Recipe is used as given. The layers
+    compile as their custom ops (``compile_as="custom_ops"``): the fake impls are what is measured."""
     recipe = fp32_recipe(recipe) if isinstance(recipe, str) else recipe
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         if i:
             layers.append(torch.nn.ReLU())
-        layers.append(Linear(fan_in, fan_out, recipe=recipe, fake_impl=fake_impl))
+        layers.append(Linear(fan_in, fan_out, recipe=recipe, fake_impl=fake_impl, compile_as="custom_ops"))
     return torch.nn.Sequential(*layers)
 
 
