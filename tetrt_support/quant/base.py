@@ -116,15 +116,23 @@ def all_reduce_max(amax: torch.Tensor, group: Any) -> torch.Tensor:
     return reduced
 
 
+def as_dims(shape: Iterable[Any]) -> tuple[Any, ...]:
+    """``shape`` as a tuple of ints, keeping a symbolic size (a fake impl's dynamic dimension
+    under torch.compile) symbolic: ``int()`` on a SymInt specialises it, a guard on that one
+    value, so every new batch size would recompile."""
+    return tuple(s if isinstance(s, torch.SymInt) else int(s) for s in shape)
+
+
 def rows_cols(shape: Sequence[int]) -> tuple[int, int]:
     """(M, K) of the 2-D view a quantizer works on: M the product of the leading dims
     (a 0-d tensor is one 1 x 1 row)."""
     if len(shape) == 0:
         return 1, 1
+    dims = as_dims(shape)
     m = 1
-    for s in shape[:-1]:  # a loop, not math.prod(genexpr): Dynamo traces this inside fake impls
-        m *= int(s)
-    return m, int(shape[-1])
+    for s in dims[:-1]:  # a loop, not math.prod(genexpr): Dynamo traces this inside fake impls
+        m *= s
+    return m, dims[-1]
 
 
 def construct_quantizer(cls: type[Quantizer], attributes: Iterable[tuple[str, Any]]) -> Quantizer:
@@ -230,7 +238,7 @@ class Quantizer(metaclass=_opaque_metaclass()):
         self, shape: Sequence[int], *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
     ) -> QuantizedTensor:
         """An uninitialised quantized tensor with exactly the buffers ``quantize`` would give."""
-        shape = tuple(int(s) for s in shape)
+        shape = as_dims(shape)
         self._check_shape(shape)
         buffers = {
             name: torch.empty(buf_shape, dtype=buf_dtype, device=device)
@@ -567,7 +575,7 @@ class RowColumnQuantizer(Quantizer):
 
     def describe_buffers(self, shape: Sequence[int], *, device: torch.device | str = "cpu") -> BufferSpec:
         del device
-        shape = tuple(int(s) for s in shape)
+        shape = as_dims(shape)
         self._check_shape(shape)
         m, k = rows_cols(shape)
         spec: BufferSpec = {}

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from tetrt_support.quant import fused, numerics
-from tetrt_support.quant.base import BufferSpec, QuantizedTensor, Quantizer, all_reduce_max
+from tetrt_support.quant.base import BufferSpec, QuantizedTensor, Quantizer, all_reduce_max, as_dims
 from tetrt_support.quant.dynamo import register_value_quantizer
 
 
@@ -37,7 +37,7 @@ class Float8Tensor(QuantizedTensor):
 
 def transpose_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """TE's column-wise shape of a per-tensor FP8 tensor: (d_n, d_1, ..., d_{n-1})."""
-    shape = tuple(int(s) for s in shape)
+    shape = as_dims(shape)
     return shape if len(shape) <= 1 else (shape[-1], *shape[:-1])
 
 
@@ -74,7 +74,7 @@ class _PerTensorFloat8(Quantizer):
 
     def describe_buffers(self, shape: Sequence[int], *, device: torch.device | str = "cpu") -> BufferSpec:
         del device
-        shape = tuple(int(s) for s in shape)
+        shape = as_dims(shape)
         spec: BufferSpec = {}
         if self.rowwise_usage:
             spec["_data"] = (shape, self.fp8_dtype)

@@ -105,9 +105,15 @@ def _without_aliases(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Ten
     seen = {_storage_key(t) for t in inputs if t is not None and t.numel() > 0}
     fresh = []
     for t in outputs:
-        if t.numel() > 0 and _storage_key(t) in seen:
+        if t.numel() == 0:
+            # No address tells an empty tensor's storage apart (data_ptr 0), but torch.library
+            # compares storages, and quantizers alias empty buffers (an empty tensor is
+            # contiguous in any layout, so Float8's ``_transpose = data.movedim(..).contiguous()``
+            # IS a view of ``_data``). A fresh empty tensor costs nothing.
             t = t.clone()
-        if t.numel() > 0:
+        elif _storage_key(t) in seen:
+            t = t.clone()
+        else:
             seen.add(_storage_key(t))
         fresh.append(t)
     return fresh

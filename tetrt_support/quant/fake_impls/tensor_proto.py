@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tetrt_support.quant.base import as_dims
+
 if TYPE_CHECKING:
     from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
@@ -49,7 +51,7 @@ class TensorProto:
         device: torch.device | str = "cpu",
     ) -> TensorProto:
         """The proto of ``quantizer.quantize(x)`` for an ``x`` of this shape, dtype and device."""
-        shape = tuple(int(s) for s in shape)
+        shape = as_dims(shape)  # not int(): a symbolic batch size must stay symbolic
         spec = quantizer.describe_buffers(shape, device=device)
         order = type(quantizer).tensor_class._FLATTEN_TENSOR_BUFFERS
         unknown = [name for name in spec if name not in order]
