@@ -15,7 +15,6 @@ A script's helper, not a test: nothing here asserts.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ def host_us(fn: Callable[[], Any], calls: int = 64, rounds: int = 5) -> float:
 
 def breakdown(t: int = 8192, k: int = 4096, n: int = 4096, recipe: str = "fp8_current") -> dict[str, float]:
     """Host microseconds per call of each layer of a ``recipe`` Linear step at (t, k, n)."""
-    from benchmarks.train_step import step_fn
+    from benchmarks.train_step import CUSTOM_OPS, step_fn
     from tetrt_support.quant.kernels import _common
     from tetrt_support.quant.linear import Linear
 
@@ -78,17 +77,14 @@ def breakdown(t: int = 8192, k: int = 4096, n: int = 4096, recipe: str = "fp8_cu
     ops = layer._ops
     with torch.no_grad():
         out["forward custom op, called directly (training usages)"] = host_us(
-            lambda: ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True))
-    _, x_flat, w_flat = ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True)
+            lambda: ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True, list(layer.fast_accum)))
+    _, x_flat, w_flat = ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True, list(layer.fast_accum))
     out["backward custom op, called directly"] = host_us(lambda: ops.backward(
-        dy, list(x_flat), list(w_flat), qi, qw, qg, [t, k], [n, k], torch.bfloat16, False, True, True, True, True))
+        dy, list(x_flat), list(w_flat), qi, qw, qg, [t, k], [n, k], torch.bfloat16, False, True, True, True, True,
+        list(layer.fast_accum)))
     xg = x.clone().requires_grad_(True)
     out["eager Linear forward + backward"] = host_us(lambda: layer(xg).backward(dy), calls=32)
     out[f"compiled step ({recipe})"] = host_us(step_fn(recipe, t, k, n), calls=32)
-    os.environ["TETRT_KERNELS_AUTOTUNE"] = "0"  # fixed tiles: the kernel launched without triton.autotune
-    try:
-        out[f"compiled step ({recipe}), kernels without the autotuner"] = host_us(step_fn(recipe, t, k, n), calls=32)
-    finally:
-        del os.environ["TETRT_KERNELS_AUTOTUNE"]
+    out[f"compiled step ({recipe}, custom ops)"] = host_us(step_fn(f"{recipe}{CUSTOM_OPS}", t, k, n), calls=32)
     out["compiled step (bf16 nn.Linear)"] = host_us(step_fn("bf16", t, k, n), calls=32)
     return out

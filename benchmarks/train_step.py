@@ -49,7 +49,10 @@ import torch._dynamo  # noqa: E402
 torch._dynamo.config.recompile_limit = 64
 
 RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
-DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES)
+# A recipe name with this suffix builds its Linear with compile_as="custom_ops": the step as
+# the two custom ops, beside the default (inline where the recipe has an inline step).
+CUSTOM_OPS = "+custom_ops"
+DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES, f"fp8_current{CUSTOM_OPS}")
 DEFAULT_SIZES = ("8192x4096x4096", "16384x8192x8192")
 
 
@@ -76,7 +79,9 @@ def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.M
         return model
     from tetrt_support.quant.linear import Linear
 
-    layer = Linear(k, n, bias=False, recipe=variant, device="cuda", dtype=torch.bfloat16)
+    recipe, custom_ops = variant.removesuffix(CUSTOM_OPS), variant.endswith(CUSTOM_OPS)
+    layer = Linear(k, n, bias=False, recipe=recipe, device="cuda", dtype=torch.bfloat16,
+                   compile_as="custom_ops" if custom_ops else "auto")
     with torch.no_grad():
         layer.weight.copy_(weight)
     return layer

@@ -142,6 +142,7 @@ def quantized_matmul(
     out_dtype: torch.dtype = torch.float32,
     layout_a: str | None = None,
     layout_b: str | None = None,
+    fast_accum: bool = False,
 ) -> torch.Tensor:
     """``op(a) @ op(b)`` of two 2-D quantized tensors (``op`` = transpose or not).
 
@@ -150,6 +151,8 @@ def quantized_matmul(
     wgrad column-wise grad x column-wise input (None: the first copy present).
 
     The FP8 GEMM writes ``out_dtype`` directly; the emulated path returns fp32.
+    ``fast_accum`` is ``torch._scaled_mm``'s ``use_fast_accum`` for per-tensor FP8 operands
+    (TE's ``use_split_accumulator=False``; a CPU ignores it); the block formats' GEMMs have none.
 
     Per-tensor FP8 operands go through ``torch._scaled_mm`` (runs on CPU in torch >= 2.13;
     checked once on an H200 with torch 2.11, where it differs from the fp32 product of the
@@ -161,7 +164,7 @@ def quantized_matmul(
     from tetrt_support.quant.kernels.dispatch import fast_matmul  # the GPU's GEMMs; None -> the reference
 
     fast = fast_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, out_dtype=out_dtype,
-                       layout_a=layout_a, layout_b=layout_b)
+                       layout_a=layout_a, layout_b=layout_b, fast_accum=fast_accum)
     if fast is not None:
         return fast
     fa, fb = _tensorwise_fp8(a), _tensorwise_fp8(b)
@@ -172,7 +175,8 @@ def quantized_matmul(
         rhs = rhs if rhs.stride(0) == 1 else _column_major(rhs)  # cuBLASLt wants a column-major mat2
         # out_dtype straight from the GEMM: an fp32 result and a separate cast would be two
         # more passes over the output (at 8192^2 as much traffic as quantizing an operand).
-        return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=out_dtype)
+        return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=out_dtype,
+                                use_fast_accum=fast_accum)
     lhs = a.dequantize(torch.float32, layout=layout_a)
     rhs = b.dequantize(torch.float32, layout=layout_b)
     return (lhs.t() if transpose_a else lhs) @ (rhs.t() if transpose_b else rhs)
@@ -210,7 +214,7 @@ class LinearOps:
 
 def _forward_impl(strategy: FakeImplStrategy):
     def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
-                input_columnwise, weight_columnwise):
+                input_columnwise, weight_columnwise, fast_accum):
         del grad_quantizer  # an input only so that setup_context sees it
         x_q = with_usage(input_quantizer, columnwise=input_columnwise).quantize(x)
         w_quantizer = with_usage(weight_quantizer, columnwise=weight_columnwise)
@@ -219,7 +223,7 @@ def _forward_impl(strategy: FakeImplStrategy):
         else:
             w_q = w_quantizer.quantize(weight)
         out = quantized_matmul(x_q, w_q, transpose_a=False, transpose_b=True, layout_a="rowwise", layout_b="rowwise",
-                               out_dtype=x.dtype if bias is None else torch.float32)
+                               out_dtype=x.dtype if bias is None else torch.float32, fast_accum=fast_accum[0])
         if bias is not None:
             out = out + bias.float()
         x_flat = flatten_quantized(x_q) if input_columnwise else []  # saved only for wgrad, as TE's
@@ -233,8 +237,8 @@ def _forward_impl(strategy: FakeImplStrategy):
 
 def _forward_fake(strategy: FakeImplStrategy):
     def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
-                input_columnwise, weight_columnwise):
-        del bias, grad_quantizer
+                input_columnwise, weight_columnwise, fast_accum):
+        del bias, grad_quantizer, fast_accum
         out = x.new_empty((x.shape[0], weight.shape[0]))
         x_flat = []
         if input_columnwise:  # saved for wgrad: both layouts
@@ -279,7 +283,7 @@ def _grad_quantizer_for(grad_quantizer: Quantizer, compute_wgrad: bool, has_bias
 def _backward_impl(strategy: FakeImplStrategy):
     def backward(grad_output, input_buffers, weight_buffers, input_quantizer, weight_quantizer, grad_quantizer,
                  input_shape, weight_shape, dtype, has_bias, compute_dgrad, compute_wgrad,
-                 input_columnwise, weight_columnwise):
+                 input_columnwise, weight_columnwise, fast_accum):
         _check_backward_layouts(compute_dgrad, compute_wgrad, input_columnwise, weight_columnwise)
         g_q = _grad_quantizer_for(grad_quantizer, compute_wgrad, has_bias).quantize(grad_output.contiguous())
         # TE's operand layouts: dgrad reads the weight column-wise, wgrad both operands
@@ -289,12 +293,12 @@ def _backward_impl(strategy: FakeImplStrategy):
             w_quantizer = with_usage(weight_quantizer, columnwise=weight_columnwise)
             w_q = strategy.reassemble(strategy.fake_quantized(w_quantizer, weight_shape, dtype, "meta"), weight_buffers)
             dgrad = quantized_matmul(g_q, w_q, transpose_a=False, transpose_b=False, out_dtype=dtype,
-                                     layout_a="rowwise", layout_b="columnwise").to(dtype)
+                                     layout_a="rowwise", layout_b="columnwise", fast_accum=fast_accum[1]).to(dtype)
         if compute_wgrad:
             x_quantizer = with_usage(input_quantizer, columnwise=True)
             x_q = strategy.reassemble(strategy.fake_quantized(x_quantizer, input_shape, dtype, "meta"), input_buffers)
             wgrad = quantized_matmul(g_q, x_q, transpose_a=True, transpose_b=False, out_dtype=dtype,
-                                     layout_a="columnwise", layout_b="columnwise").to(dtype)
+                                     layout_a="columnwise", layout_b="columnwise", fast_accum=fast_accum[2]).to(dtype)
         dbias = grad_output.sum(0).to(dtype) if has_bias else None
         return dgrad, wgrad, dbias
 
@@ -303,7 +307,8 @@ def _backward_impl(strategy: FakeImplStrategy):
 
 def _backward_fake(grad_output, input_buffers, weight_buffers, input_quantizer, weight_quantizer, grad_quantizer,
                    input_shape, weight_shape, dtype, has_bias, compute_dgrad, compute_wgrad,
-                   input_columnwise, weight_columnwise):
+                   input_columnwise, weight_columnwise, fast_accum):
+    del fast_accum
     _check_backward_layouts(compute_dgrad, compute_wgrad, input_columnwise, weight_columnwise)
     dgrad = grad_output.new_empty(tuple(input_shape), dtype=dtype) if compute_dgrad else None
     wgrad = grad_output.new_empty(tuple(weight_shape), dtype=dtype) if compute_wgrad else None
@@ -313,7 +318,7 @@ def _backward_fake(grad_output, input_buffers, weight_buffers, input_quantizer, 
 
 def _setup_context(ctx, inputs, output) -> None:
     (x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
-     input_columnwise, weight_columnwise) = inputs
+     input_columnwise, weight_columnwise, fast_accum) = inputs
     _, x_flat, w_flat = output
     # The cached weight came in as an input: save THAT, it was (rightly) not returned.
     w_saved = list(w_flat) if w_flat else list(weight_cache)
@@ -323,6 +328,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.n_cache = len(weight_cache)
     ctx.quantizers = (input_quantizer, weight_quantizer, grad_quantizer)
     ctx.columnwise = (input_columnwise, weight_columnwise)
+    ctx.fast_accum = list(fast_accum)
     ctx.input_shape = tuple(x.shape)
     ctx.weight_shape = tuple(weight.shape)
     ctx.dtype = x.dtype
@@ -340,9 +346,9 @@ def _autograd_backward(backward_op):
         dgrad, wgrad, dbias = backward_op(
             grad_output, list(saved[:n]), list(saved[n:]), *ctx.quantizers,
             list(ctx.input_shape), list(ctx.weight_shape), ctx.dtype, ctx.has_bias,
-            compute_dgrad, compute_wgrad, *ctx.columnwise,
+            compute_dgrad, compute_wgrad, *ctx.columnwise, ctx.fast_accum,
         )
-        return dgrad, wgrad, dbias, [None] * ctx.n_cache, None, None, None, None, None
+        return dgrad, wgrad, dbias, [None] * ctx.n_cache, None, None, None, None, None, None
 
     return backward
 
@@ -362,7 +368,7 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
         mutates_args=(),
         schema=(
             f"(Tensor x, Tensor weight, Tensor? bias, Tensor[] weight_cache, {quantizers}, "
-            "bool input_columnwise, bool weight_columnwise) -> (Tensor, Tensor[], Tensor[])"
+            "bool input_columnwise, bool weight_columnwise, bool[] fast_accum) -> (Tensor, Tensor[], Tensor[])"
         ),
     )
     fwd.register_fake(_forward_fake(strategy))
@@ -373,7 +379,8 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
         schema=(
             f"(Tensor grad_output, Tensor[] input_buffers, Tensor[] weight_buffers, {quantizers}, "
             "SymInt[] input_shape, SymInt[] weight_shape, ScalarType dtype, bool has_bias, bool compute_dgrad, "
-            "bool compute_wgrad, bool input_columnwise, bool weight_columnwise) -> (Tensor?, Tensor?, Tensor?)"
+            "bool compute_wgrad, bool input_columnwise, bool weight_columnwise, bool[] fast_accum) "
+            "-> (Tensor?, Tensor?, Tensor?)"
         ),
     )
     bwd.register_fake(_backward_fake)

@@ -175,7 +175,8 @@ _HANDLERS = {
 
 # --------------------------------------------------------------------------- GEMMs
 def fast_matmul(a: Any, b: Any, *, transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype,
-                layout_a: str | None = None, layout_b: str | None = None) -> torch.Tensor | None:
+                layout_a: str | None = None, layout_b: str | None = None,
+                fast_accum: bool = False) -> torch.Tensor | None:
     """``op(a) @ op(b)`` of two 2-D quantized tensors on the fast GEMM, or None (use the reference).
 
     ``layout_a`` / ``layout_b`` name the quantized copy of each operand to read, as for
@@ -185,7 +186,7 @@ def fast_matmul(a: Any, b: Any, *, transpose_a: bool, transpose_b: bool, out_dty
         return None
     kind = type(a).__name__
     if kind == "Float8Tensor":
-        return _tensorwise(a, b, pa, pb, transpose_a, transpose_b, out_dtype)
+        return _tensorwise(a, b, pa, pb, transpose_a, transpose_b, out_dtype, fast_accum)
     if kind == "Float8BlockwiseTensor":
         return _blockwise_mm(a, b, pa, pb, transpose_a, transpose_b, out_dtype)
     if kind == "MXFP8Tensor":
@@ -242,7 +243,8 @@ def _matrix(parts: tuple[Any, ...], transposed_storage: bool) -> tuple[torch.Ten
     return data, transposed_storage and layout == "columnwise"
 
 
-def _tensorwise(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
+def _tensorwise(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype,
+                fast_accum: bool = False) -> torch.Tensor | None:
     """``_scaled_mm(lhs row-major, rhs column-major)``; a per-tensor scale makes every
     transpose exact, so the other copy (or a transpose kernel) serves when one is missing."""
     from tetrt_support.quant.kernels.transpose import transpose_fp8
@@ -263,7 +265,7 @@ def _tensorwise(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dt
     lhs = row_major(a, pa, ta)
     rhs_t = row_major(b, pb, not tb)  # op(b)^T row-major == op(b) column-major
     return torch._scaled_mm(lhs, rhs_t.t(), scale_a=a._scale_inv.reshape(()), scale_b=b._scale_inv.reshape(()),
-                            out_dtype=out_dtype)
+                            out_dtype=out_dtype, use_fast_accum=fast_accum)
 
 
 def _blockwise_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
