@@ -11,7 +11,11 @@ package runs per call. The numerics are :mod:`~tetrt_support.quant.numerics` (th
 reference) and the GEMM calls are the custom ops' own, so both paths give the same bytes.
 
 Covered: FP8 current scaling (per-tensor scales, ``torch._scaled_mm``). Other recipes keep
-the custom ops. What is saved for backward is what TransformerEngine keeps: the input's
+the custom ops. Not yet trusted on CUDA: on an H200 a single compiled layer matched the
+custom ops, but a whole compiled decoder (inductor and aot_eager alike) got zero weight
+gradients in every converted Linear, which no CPU run reproduces (``tests/quant/
+test_inline_linear.py`` checks the whole-model gradients on CPU). Until a CUDA run clears
+it, ``compile_as="auto"`` keeps the custom ops on CUDA and ``"inline"`` there warns. What is saved for backward is what TransformerEngine keeps: the input's
 and the weight's column-wise FP8 copies and their scales, not the high-precision tensors.
 """
 
@@ -20,9 +24,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import warnings
+
 import torch
 
 from tetrt_support.quant import numerics
+
+#: device types where the inline step's whole-model gradients are checked (see the docstring)
+VERIFIED_DEVICE_TYPES = ("cpu",)
+
+
+def verified_on(device: torch.device | str) -> bool:
+    """Whether ``compile_as="auto"`` may take the inline step for tensors on ``device``."""
+    return torch.device(device).type in VERIFIED_DEVICE_TYPES
+
+
+def warn_unverified(device: torch.device | str) -> None:
+    """Warn that an explicit ``compile_as="inline"`` runs where the inline step is not verified."""
+    warnings.warn(
+        f"quant.Linear(compile_as='inline') on {torch.device(device).type}: the inline step is verified only on "
+        f"{', '.join(VERIFIED_DEVICE_TYPES)}; a whole compiled model on CUDA got zero weight gradients "
+        "(tetrt_support.quant.inline_linear's docstring); compile_as='auto' uses the custom ops there",
+        RuntimeWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,9 @@ from tetrt_support.quant.base import QuantizedTensor, Quantizer
 
 #: the Linear's quantizer attributes; assigning one re-derives what depends on it
 _QUANTIZER_FIELDS = ("input_quantizer", "weight_quantizer", "grad_quantizer")
-#: how the step enters a torch.compile graph: "auto" (inline where the recipe has an inline
-#: form, else the custom ops), "inline" (always, eager too) or "custom_ops"
+#: how the step enters a torch.compile graph: "auto" (inline under torch.compile where the
+#: recipe has an inline form and the device is one the inline step is verified on, else the
+#: custom ops), "inline" (always, eager too) or "custom_ops"
 COMPILE_AS = ("auto", "inline", "custom_ops")
 
 
@@ -149,8 +150,11 @@ class Linear(torch.nn.Module):
         input_columnwise = grad_enabled and self.weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
         if self._inline and is_first_microbatch is None and (
-            self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling())
+            self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling()
+                                            and inline_linear.verified_on(x.device))
         ):
+            if not inline_linear.verified_on(x.device):
+                inline_linear.warn_unverified(x.device)
             # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
             # quantizer changed in place recompiles (a plan built at assignment would go stale).
             plan = inline_linear.float8_plan((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
@@ -168,6 +172,7 @@ class Linear(torch.nn.Module):
         out, _, w_flat = self._ops.forward(
             x.reshape(-1, self.in_features), self.weight, self.bias, cache,
             self.input_quantizer, self.weight_quantizer, self.grad_quantizer, input_columnwise, weight_columnwise,
+            list(self.fast_accum),
         )
         if is_first_microbatch:
             self._weight_cache = self._strategy.reassemble(self._weight_templates[weight_columnwise], w_flat)
