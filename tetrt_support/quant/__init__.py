@@ -48,6 +48,7 @@ from tetrt_support.quant.fake_impls import FAKE_IMPLS, FakeImplStrategy, get_str
 from tetrt_support.quant.fake_impls.make_empty_traceable import make_empty_traceable  # noqa: E402
 from tetrt_support.quant.fake_impls.tensor_proto import TensorProto  # noqa: E402
 from tetrt_support.quant.linear import Linear  # noqa: E402
+from tetrt_support.quant.convert import convert_to_quantized_training, unsupported_reason  # noqa: E402
 from tetrt_support.quant.ops import flatten_quantized, linear_ops  # noqa: E402
 from tetrt_support.quant.recipes import RECIPES, Recipe, get_recipe  # noqa: E402
 
@@ -59,6 +60,7 @@ __all__ = [
     "Linear",
     "Recipe",
     "TensorProto",
+    "convert_to_quantized_training",
     "flatten_quantized",
     "get_recipe",
     "get_strategy",
@@ -80,4 +82,5 @@ __all__ = [
     "opaque_api_available",
     "rebuild_quantizer",
     "register_value_quantizer",
+    "unsupported_reason",
 ]
