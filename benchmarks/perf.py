@@ -29,7 +29,14 @@ Suites, and the file each writes under ``benchmarks/results/``:
   default on cuda only; on a CPU (a smaller model, a few minutes) name it;
 - ``llama4`` (:mod:`benchmarks.llama4`, either device; by default on cuda only) ->
   ``llama4_<device>.json``: a mid-size HF Llama 4 forward (bf16) eager, ``torch.compile``d and
-  through ``tetrt_support.compile(backend="inductor")`` by both lowering strategies.
+  through ``tetrt_support.compile(backend="inductor")`` by both lowering strategies;
+- ``te_conformance`` (:mod:`benchmarks.te_conformance`, CUDA only, needs TransformerEngine;
+  not a default suite) -> ``te_conformance_cuda.json``: TE's quantizers and ``te.Linear``
+  against tetrt's, byte for byte;
+- ``model_step`` (:mod:`benchmarks.model_step`, cuda; on a CPU ``--quick`` only) ->
+  ``model_step_<device>.json``: a Llama-3-style decoder's whole training step
+  (``torch.compile(model)``, fused AdamW) in bf16, torchao float8, every recipe and
+  TransformerEngine where it imports; ``--sizes`` names its cases, ``--recipes`` its variants.
 
     python -m benchmarks.perf --device cuda --suites train_step --rounds 5 --modes default,reduce-overhead
     python -m benchmarks.perf --device cpu --suites loss_study
@@ -62,14 +69,17 @@ from tetrt_support.report.timing import Stopwatch  # noqa: E402
 # suite -> the results file it belongs to ({device} is filled in)
 FILES = {"rope": "perf_{device}", "attention": "perf_{device}", "linear": "perf_{device}",
          "lowering": "lowering", "fake_impls": "fake_impls", "train_step": "train_step_{device}",
-         "step_bounds": "step_bounds_{device}", "loss_study": "loss_curves_{device}", "llama4": "llama4_{device}"}
+         "step_bounds": "step_bounds_{device}", "loss_study": "loss_curves_{device}", "llama4": "llama4_{device}",
+         "te_conformance": "te_conformance_{device}", "model_step": "model_step_{device}"}
 BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impls": "fake_impls",
                      "train_step_{device}": "train_step", "step_bounds_{device}": "step_bounds",
-                     "loss_curves_{device}": "loss_study", "llama4_{device}": "llama4"}
+                     "loss_curves_{device}": "loss_study", "llama4_{device}": "llama4",
+                     "te_conformance_{device}": "te_conformance", "model_step_{device}": "model_step"}
 HOST_SUITES = ("lowering", "fake_impls")  # measure host (CPU) work: --device cpu only
-CUDA_SUITES = ("train_step", "step_bounds")  # measure GPU kernels: --device cuda only
+CUDA_SUITES = ("train_step", "step_bounds", "te_conformance")  # measure GPU kernels: --device cuda only
 DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls"),
-                  "cuda": ("rope", "attention", "linear", "train_step", "step_bounds", "loss_study", "llama4")}
+                  "cuda": ("rope", "attention", "linear", "train_step", "step_bounds", "loss_study", "llama4",
+                           "model_step")}
 
 SIZES = {  # (device, quick) -> sizes of the device suites
     ("cpu", False): {"rope": [2, 512, 8, 64], "attention": (2, 256, 256, 4), "linear": (256, 512, 512), "llama4": "small"},
@@ -128,6 +138,15 @@ def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Callable[
         from benchmarks import llama4
 
         return {"llama4": llama4.run(device, llama4.CASES[sizes["llama4"]], rounds=args.rounds or max(5, iters // 2))}
+    if suite == "te_conformance":
+        from benchmarks import te_conformance
+
+        return te_conformance.run(quick, write=write)
+    if suite == "model_step":
+        from benchmarks import model_step
+
+        return model_step.run(device, quick, cases=args.sizes, variants=recipes, rounds=args.rounds, steps=args.steps,
+                              modes=None if args.modes == ["default"] else args.modes, write=write)
     raise ValueError(f"unknown suite {suite!r}; valid: {', '.join(FILES)}")
 
 
@@ -234,6 +253,10 @@ def main(argv: list[str] | None = None) -> None:
             from benchmarks.llama4 import summary as llama4_summary
 
             print(json.dumps(llama4_summary(result), indent=1))
+        elif result["benchmark"] == "te_conformance":
+            from benchmarks.te_conformance import summary as te_conformance_summary
+
+            print(json.dumps(te_conformance_summary(result), indent=1))
         elif result["benchmark"] == "fake_impls" and "summary" in result:
             print(json.dumps({"code_lines": result["code_lines"], "summary": result["summary"]}, indent=1))
 

@@ -30,6 +30,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "llama4": ("machine", "llama4"),
     "gpu_check": ("torch", "gpu", "bit_identity"),
     "hf_sweep": ("command", "versions", "tolerance", "rows"),
+    "model_step": ("machine", "setup", "suites"),
+    "te_conformance": ("machine", "versions", "comparison_rules"),
 }
 
 _COMMANDS = {
@@ -42,6 +44,8 @@ _COMMANDS = {
     "llama4": "python -m benchmarks.perf --device cuda --suites llama4",
     "gpu_check": "python scripts/gpu_check.py   (CUDA)",
     "hf_sweep": "python scripts/sweep_hf.py",
+    "model_step": "python -m benchmarks.perf --device cuda --suites model_step",
+    "te_conformance": "python -m benchmarks.perf --device cuda --suites te_conformance   (needs TransformerEngine)",
 }
 
 

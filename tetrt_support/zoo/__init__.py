@@ -7,6 +7,8 @@
   downloaded), with keyword example inputs and its dynamic dims (:data:`HF_FAMILIES`);
 - :mod:`.discover`: finds those families by reading transformers' own modeling code, so a
   sweep notices a family that has no recipe here yet.
+- :mod:`.decoder`: a plain-PyTorch Llama-3-style decoder for training benchmarks
+  (``Decoder``, ``DecoderConfig``, ``decoder_config``); imported on its own, not re-exported.
 """
 
 from __future__ import annotations
