@@ -69,6 +69,43 @@ def test_rule_matches_eager(name: str, strategy: str, dtype: torch.dtype, finite
     assert_same_as_eager(OPS[name], run(x), x, rtol=_rtol(dtype))
 
 
+# Arithmetic with a real side: torch promotes the real operand to complex (value + 0i) and
+# computes in full -- a + alpha * b with alpha a complex scalar, (ac - bd, ad + bc) -- so
+# (inf + 1i) * 2 is (inf, nan) and -0i + 2 is +0i; a rule that scales or adds only the
+# real part gives (inf, 2) and keeps -0.
+ARITHMETIC = {
+    "mul": lambda a: a * a.flip(0),
+    "mul_real_scalar": lambda a: a * 2.0,
+    "rmul_real_scalar": lambda a: -0.5 * a,
+    "mul_int_scalar": lambda a: a * 3,
+    "mul_real_tensor": lambda a: a * a.real.flip(0),
+    "mul_complex_scalar": lambda a: a * (2 + 0j),
+    "div_real_scalar": lambda a: a / 2.0,
+    "div_real_tensor": lambda a: a / a.imag.flip(0),
+    "div_complex_scalar": lambda a: a / (2 + 1j),
+    "add": lambda a: a + a.flip(0),
+    "add_real_scalar": lambda a: a + 2.0,
+    "add_real_tensor": lambda a: a + a.real.flip(0),
+    "sub_alpha": lambda a: torch.sub(a, a.flip(0), alpha=2),
+    "rsub_real_scalar": lambda a: 2.0 - a,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", list(ARITHMETIC))
+def test_arithmetic_follows_torchs_promotion_with_signed_zeros(name: str, strategy: str, dtype: torch.dtype) -> None:
+    x = _grid(dtype, finite=False)
+    run = lowered(ARITHMETIC[name], x, strategy=strategy)
+    got = run(x)
+    assert_same_as_eager(ARITHMETIC[name], got, x, rtol=_rtol(dtype))
+    want = torch.view_as_real(ARITHMETIC[name](x))
+    got = torch.view_as_real(got) if got.is_complex() else got
+    zeros = want == 0
+    flipped = (torch.signbit(got) != torch.signbit(want)) & zeros
+    assert not flipped.any(), f"{name}: {int(flipped.sum())} zeros with the wrong sign"
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", list(OPS))
 def test_rule_keeps_a_dynamic_dim_dynamic(name: str, strategy: str) -> None:
@@ -113,3 +150,22 @@ class _Tabled(torch.nn.Module):
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.fn(z)
+
+
+class _TimesTwo(torch.nn.Module):
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return z * 2.0
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("backend", ["eager", "onnxruntime", "inductor"])
+def test_compiled_complex_times_real_scalar_is_eagers_on_every_engine(backend: str, strategy: str) -> None:
+    """The reported case, through the whole compiler: z * 2.0 at inf + 1j is (inf, nan)."""
+    import tetrt_support
+
+    z = torch.tensor([complex(float("inf"), 1.0), 1 - 2j, complex(0.0, -0.0)], dtype=torch.complex64)
+    compiled = tetrt_support.compile(_TimesTwo(), arg_inputs=(z,), backend=backend, strategy=strategy,
+                                     min_block_size=1)
+    got, want = torch.view_as_real(compiled(z)), torch.view_as_real(z * 2.0)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))

@@ -235,8 +235,11 @@ def _parts(ctx: RuleContext, name: str, x: Any) -> tuple[Any, Any]:
     return x, None
 
 
-def _is_real_operand(ctx: RuleContext, name: str) -> bool:
-    return not ctx.is_complex(name) and not isinstance(ctx.vals[name], complex)
+def _promoted(ctx: RuleContext, name: str, x: Any) -> tuple[Any, Any]:
+    """(real, imaginary) of argument ``name`` promoted to complex as TensorIterator does:
+    a real value's imaginary part is ``0.0``, a zero that takes part in the arithmetic."""
+    re, im = _parts(ctx, name, x)
+    return re, 0.0 if im is None else im
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -252,6 +255,10 @@ def _add(a: Any, b: Any) -> Any:
 def _mul(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return None
+    if not _is_tensor(b) and b == 1:  # x * 1 is x bit for bit (NaN, inf and -0 included)
+        return a
+    if not _is_tensor(a) and a == 1:
+        return b
     if not _is_tensor(a):
         if not _is_tensor(b):
             return a * b
@@ -321,27 +328,15 @@ def _div_packed(a: Any, b: Any) -> Any:
 
 
 # ------------------------------------------------------------------ elementwise arithmetic
-def _scaled(ctx: RuleContext, name: str, x: Any, alpha: Any) -> tuple[Any, Any]:
-    re, im = _parts(ctx, name, x)
-    if alpha == 1:
-        return re, im
-    a = complex(alpha)
-    if a.imag == 0:
-        return _mul(re, a.real), _mul(im, a.real)
-    return _complex_mul(re, im, a.real, a.imag)
-
-
 def _add_like(ctx: RuleContext, self: Any, other: Any, alpha: Any, sign: float) -> Any:
-    ar, ai = _parts(ctx, "self", self)
-    br, bi = _scaled(ctx, "other", other, alpha * sign if isinstance(alpha, (int, float)) else alpha)
-    if sign < 0 and not isinstance(alpha, (int, float)):
-        br, bi = _mul(br, -1.0), _mul(bi, -1.0)
-    re = _add(ar, br)
-    if ai is None and _is_tensor(ar) and bi is not None:
-        ai = aten.zeros_like.default(ar)  # a real tensor operand broadcasts the imaginary part
-    if bi is None and _is_tensor(br) and ai is not None:
-        bi = aten.zeros_like.default(br)
-    im = _add(ai, bi)
+    """``self + sign * alpha * other`` as torch computes it: both operands promoted to
+    complex, then ``a + alpha' * b`` with ``alpha' = sign * alpha`` a complex scalar (ATen's
+    sub is add with ``-alpha``), multiplied in full even for alpha 1, so that
+    ``0 + (inf + 0i)`` is ``(inf, nan)`` as in eager."""
+    ar, ai = _promoted(ctx, "self", self)
+    a = complex(alpha) * sign
+    br, bi = _complex_mul(a.real, a.imag, *_promoted(ctx, "other", other))
+    re, im = _add(ar, br), _add(ai, bi)
     return _join(ctx, re, im, re if _is_tensor(re) else im)
 
 
@@ -363,34 +358,15 @@ def rsub(ctx: RuleContext, self: Any, other: Any, alpha: Any = 1) -> Any:
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx: RuleContext, self: Any, other: Any) -> Any:
-    for c, r in (("self", "other"), ("other", "self")):
-        if ctx.is_complex(c) and _is_real_operand(ctx, r):
-            # complex times real: scale both components, no promotion of the real side
-            packed = _packed(ctx, c, self if c == "self" else other)
-            real = other if c == "self" else self
-            v = ctx.vals[r]
-            if isinstance(v, torch.Tensor):
-                real = aten.unsqueeze.default(_cast(real, v.dtype, ctx.dtype), -1)
-            return aten.mul.Tensor(packed, real)
-    ar, ai = _parts(ctx, "self", self)
-    br, bi = _parts(ctx, "other", other)
-    re, im = _complex_mul(ar, ai, br, bi)
+    # torch promotes a real operand to complex (value + 0i) and multiplies in full, so
+    # (inf + 1i) * 2 is (inf, nan), not (inf, 2): no shortcut for a real side
+    re, im = _complex_mul(*_promoted(ctx, "self", self), *_promoted(ctx, "other", other))
     return _join(ctx, re, im, re if _is_tensor(re) else im)
 
 
 @register(aten.div.Tensor, aten.div.Scalar)
 def div(ctx: RuleContext, self: Any, other: Any) -> Any:
-    v = ctx.vals["other"]
-    if _is_real_operand(ctx, "other"):
-        packed = _packed(ctx, "self", self)
-        if isinstance(v, torch.Tensor):
-            other = aten.unsqueeze.default(_cast(other, v.dtype, ctx.dtype), -1)
-        return aten.div.Tensor(packed, other)
-    if isinstance(v, complex):  # divide by a Python complex scalar: multiply by 1/c
-        inv = 1.0 / other
-        ar, ai = _parts(ctx, "self", self)
-        re, im = _complex_mul(ar, ai, inv.real, inv.imag)
-        return _join(ctx, re, im, re if _is_tensor(re) else im)
+    # the same promotion, then torch's scaled complex division (also for a complex scalar)
     return _div_packed(_packed(ctx, "self", self), _packed(ctx, "other", other))
 
 
