@@ -394,17 +394,20 @@ def check_compile(report: dict[str, Any]) -> None:
 
 
 def check_inline(report: dict[str, Any]) -> None:
-    """The inline fp8_current step (``compile_as="auto"`` under torch.compile, inductor on
+    """The inline fp8_current step (``compile_as="inline"`` under torch.compile, inductor on
     CUDA) against the custom ops run eagerly with the kernels: y, dgrad, wgrad (and dbias)
     byte for byte, per shape, with and without bias, with the recipe's GEMM settings."""
+    import warnings
+
     from tetrt_support.quant.linear import Linear
 
+    warnings.filterwarnings("ignore", message=r"quant\.Linear\(compile_as='inline'\)")
     rows = []
     for t, k, n in ((2048, 1024, 512), (4096, 4096, 4096), (1000, 2048, 4096)):
         for bias in (False, True):
             torch.manual_seed(1)
             eager = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="custom_ops")
-            inline = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
+            inline = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="inline")
             inline.load_state_dict(eager.state_dict())
             x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
             dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16)
@@ -420,6 +423,41 @@ def check_inline(report: dict[str, Any]) -> None:
                          "equal": {nm: bytes_equal(a, b) for nm, a, b in zip(names, *outs)},
                          "mismatches": {nm: mismatches(a, b) for nm, a, b in zip(names, *outs)}})
     report["inline_fp8_current"] = rows
+
+
+def check_inline_decoder(report: dict[str, Any]) -> None:
+    """A whole tiny decoder converted to fp8_current and compiled (inductor, aot_eager) with
+    the inline step, against the custom ops run eagerly: the loss and each parameter's
+    gradient norm (the inline step is not trusted on CUDA until this matches: on an H200
+    every converted weight's gradient once came out 0.0; ``quant/inline_linear.py``)."""
+    import copy
+    import warnings
+
+    from tetrt_support.quant import convert_to_quantized_training
+    from tetrt_support.zoo.decoder import Decoder, decoder_config
+
+    warnings.filterwarnings("ignore", message=r"quant\.Linear\(compile_as='inline'\)")
+    config = decoder_config("tiny", layers=1, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=1024)
+    base = Decoder(config, seed=0, device="cuda", dtype=torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    ids, labels = (torch.randint(0, config.vocab, (2, 256), device="cuda", generator=g) for _ in range(2))
+    runs: dict[str, Any] = {}
+    for name, compile_as, backend in (("custom_ops eager", "custom_ops", None), ("inline aot_eager", "inline", "aot_eager"),
+                                      ("inline inductor", "inline", "inductor")):
+        torch._dynamo.reset()
+        model = copy.deepcopy(base)
+        convert_to_quantized_training(model, "fp8_current", module_filter_fn=lambda m, fqn: fqn != "lm_head",
+                                      compile_as=compile_as)
+        loss = (torch.compile(model, backend=backend) if backend else model)(ids, labels)
+        loss.backward()
+        runs[name] = {"loss": loss.item(), "grad_norms": {n: (None if p.grad is None else p.grad.float().norm().item())
+                                                          for n, p in model.named_parameters()}}
+    reference = runs["custom_ops eager"]["grad_norms"]
+    for name, run in runs.items():
+        run["zero_or_missing_grads"] = [n for n, v in run["grad_norms"].items() if not v]
+        run["max_rel_norm_diff"] = max(abs(v - reference[n]) / reference[n] for n, v in run["grad_norms"].items()
+                                       if v and reference[n])
+    report["inline_fp8_current_decoder"] = runs
 
 
 def time_kernels(report: dict[str, Any]) -> None:
@@ -495,7 +533,7 @@ def time_kernels(report: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline,inline_decoder")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device", file=sys.stderr)
@@ -521,7 +559,8 @@ def main() -> int:
     for part, fn in (("kernels", fixed_tiles), ("kernels_autotuned", tuned_tiles),
                      ("quantizers", lambda: check_quantizers(kernel_rows)), ("linear", lambda: check_linear(report)),
                      ("gemms", lambda: check_gemms(report)), ("times", lambda: time_kernels(report)),
-                     ("compile", lambda: check_compile(report)), ("inline", lambda: check_inline(report))):
+                     ("compile", lambda: check_compile(report)), ("inline", lambda: check_inline(report)),
+                     ("inline_decoder", lambda: check_inline_decoder(report))):
         if part in skip:
             continue
         t0 = time.perf_counter()
@@ -546,7 +585,8 @@ def main() -> int:
     cuda_diff = sorted({r["case"].split(" ")[0] + " " + k for r in kernel_rows for k, v in r.get("buffers", {}).items()
                         if v.get("cuda_eager_reference_equals_cpu") is False})
     print("cuda eager reference differs from cpu in:", cuda_diff[:20])
-    for key in ("fp8_blockwise_gemm", "emulated_gemm", "linear_y_dx_dw", "kernel_times_8192x4096", "compile", "inline_fp8_current"):
+    for key in ("fp8_blockwise_gemm", "emulated_gemm", "linear_y_dx_dw", "kernel_times_8192x4096", "compile", "inline_fp8_current",
+                "inline_fp8_current_decoder"):
         print(key, json.dumps(report.get(key), indent=None)[:1500])
     for key in [k for k in report if k.endswith("_error")]:
         print(key, report[key])
