@@ -25,9 +25,11 @@ are timed round-robin in one process (:func:`tetrt_support.report.timing.time_ro
 Per variant: median and best step ms, speedup over bf16, tokens/s, host ms per step, peak
 memory, the first step's wall time (the compile), the loss curve.
 
-The default plan (no ``--sizes``, ``--recipes`` or ``--modes`` given) is :data:`PLAN`: the
-headline figures first. Naming any of the three runs their grid instead (``--modes default``
-alone, perf.py's default, keeps the plan); ``--modes cuda-graph-step`` implies ``default``.
+The default plan (no ``--recipes`` or ``--modes`` given) is :data:`PLAN`: the headline
+figures first; ``--sizes`` alone runs the plan's phases of those cases (a plan split over
+two processes). Naming ``--recipes`` or ``--modes`` runs their grid instead (``--modes
+default`` alone, perf.py's default, keeps the plan); ``--modes cuda-graph-step`` implies
+``default``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import json
 import math
+import pathlib
 import statistics
 import sys
 import time
@@ -52,9 +56,10 @@ from tetrt_support.zoo.decoder import Decoder, DecoderConfig, decoder_config
 
 RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
 TORCHAO = "torchao_float8_tensorwise"
+INLINE = "fp8_current_inline"  # fp8_current through the inline step (compile_as="inline"), not the custom ops
 TE_RECIPES = {"te_fp8_current": "Float8CurrentScaling", "te_fp8_delayed": "DelayedScaling",
               "te_fp8_block": "Float8BlockScaling"}
-BASE_VARIANTS = ("bf16", TORCHAO, *RECIPES, *TE_RECIPES)
+BASE_VARIANTS = ("bf16", TORCHAO, *RECIPES, INLINE, *TE_RECIPES)
 EAGER = "_eager"  # suffix: the variant without torch.compile
 MODES = ("default", WHOLE_STEP_GRAPH)
 HEADLINE = ("bf16", TORCHAO, "fp8_current", "fp8_block")
@@ -148,14 +153,14 @@ class Phase:
 # where TE does not import: TE_TIME_FILL runs only then.
 TE_TIME_FILL = ("mxfp8", "nvfp4")
 PLAN = (
-    Phase("8b_2048", {"default": (*HEADLINE, *TE_RECIPES, *TE_TIME_FILL, "bf16_eager",
+    Phase("8b_2048", {"default": (*HEADLINE, INLINE, *TE_RECIPES, *TE_TIME_FILL, "bf16_eager",
                                   *(f"{v}{EAGER}" for v in TE_RECIPES)),
                       WHOLE_STEP_GRAPH: HEADLINE}),
-    Phase("1b_8192", {"default": HEADLINE}),
+    Phase("1b_8192", {"default": (*HEADLINE, INLINE)}),
     Phase("8b_8192", {"default": HEADLINE}),
 )
 QUICK_PLAN = {
-    "cuda": (Phase("1b_1024_2l", {"default": ("bf16", TORCHAO, "fp8_current", "te_fp8_current", "bf16_eager",
+    "cuda": (Phase("1b_1024_2l", {"default": ("bf16", TORCHAO, "fp8_current", INLINE, "te_fp8_current", "bf16_eager",
                                               "te_fp8_current_eager"),
                                   WHOLE_STEP_GRAPH: ("bf16", "fp8_current")}),),
     "cpu": (Phase("tiny", {"default": ("bf16", TORCHAO, "fp8_current", "bf16_eager", "fp8_current_eager")}),),
@@ -216,10 +221,8 @@ def not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
 
 
 def _convert_to_quantized_training() -> Callable[..., torch.nn.Module]:
-    try:
-        from tetrt_support.quant import convert_to_quantized_training
-    except ImportError:
-        from tetrt_support.quant.convert import convert_to_quantized_training
+    from tetrt_support.quant import convert_to_quantized_training
+
     return convert_to_quantized_training
 
 
@@ -264,6 +267,12 @@ def convert(model: torch.nn.Module, variant: str) -> tuple[torch.nn.Module, Call
         return model, contextlib.nullcontext
     if base in RECIPES:
         return _convert_to_quantized_training()(model, base, module_filter_fn=not_lm_head), contextlib.nullcontext
+    if base == INLINE:
+        import warnings
+
+        warnings.filterwarnings("ignore", message=r"quant\.Linear\(compile_as='inline'\)")
+        return (_convert_to_quantized_training()(model, "fp8_current", module_filter_fn=not_lm_head, compile_as="inline"),
+                contextlib.nullcontext)
     if base in TE_RECIPES:
         te = te_module()
         if te is None:
@@ -581,8 +590,15 @@ def _print_case(name: str, mode: str, section: dict[str, Any]) -> None:
 def plan(device: str, quick: bool, cases: list[str] | None, variants: list[str] | None,
          modes: list[str] | None) -> list[Phase]:
     """The phases to run: the default plan, or the grid of what was named."""
-    if cases is None and variants is None and modes is None:
-        phases = list(QUICK_PLAN[device] if quick else PLAN)
+    for case in cases or ():
+        if case not in CASES:
+            raise ValueError(f"model_step: unknown case {case!r}; expected one of {', '.join(CASES)}")
+    if variants is None and modes is None:  # the plan, or the phases of its cases that were named
+        phases = [p for p in (QUICK_PLAN[device] if quick else PLAN) if cases is None or p.case in cases]
+        if cases is not None and not phases:
+            raise ValueError(f"model_step: no phase of the plan is for {', '.join(cases)}; the plan's cases: "
+                             f"{', '.join(p.case for p in (QUICK_PLAN[device] if quick else PLAN))} (name --recipes "
+                             "or --modes too for a grid)")
     else:
         modes = modes or ["default"]
         for mode in modes:
@@ -636,7 +652,7 @@ def run(device: str = "cuda", quick: bool = False, *, cases: list[str] | None = 
         raise RuntimeError("the model_step suite on cuda needs a CUDA device")
     if device == "cpu" and not quick:
         raise RuntimeError("the model_step suite runs on cuda; on a CPU only its smoke run (--quick)")
-    explicit = not (cases is None and variants is None and modes is None)
+    explicit = not (variants is None and modes is None)
     phases, skipped = _available(plan(device, quick, cases, variants, modes), explicit)
     steps = steps if steps is not None else (5 if quick else LOSS_STEPS)
     rounds = rounds or (2 if quick else ROUNDS)
@@ -731,11 +747,40 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def merge_runs(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results file from runs of disjoint cases (the plan split over processes to fit a
+    time limit). Each case keeps the figures of the one process that ran it, so its ratios
+    stay within one run; ``machine`` and ``setup`` are the first run's, and ``runs`` keeps
+    every run's own, with the cases it ran. A case found in two runs is refused."""
+    if not parts:
+        raise ValueError("merge_runs: no runs given")
+    merged: dict[str, Any] = {key: copy.deepcopy(value) for key, value in parts[0].items() if key != "suites"}
+    merged["suites"], merged["runs"], seen = {}, [], {}
+    for index, part in enumerate(parts):
+        cases = sorted({c for section in part.get("suites", {}).values() for c in section.get("cases", {})})
+        for case in cases:
+            if case in seen:
+                raise ValueError(f"merge_runs: case {case!r} is in run {seen[case]} and run {index}")
+            seen[case] = index
+        merged["runs"].append({"machine": part.get("machine"), "setup": part.get("setup"), "cases": cases})
+        for suite, section in part.get("suites", {}).items():
+            target = merged["suites"].setdefault(suite, {k: v for k, v in section.items() if k != "cases"})
+            target.setdefault("cases", {}).update(copy.deepcopy(section.get("cases", {})))
+    return merged
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m benchmarks.model_step ARGS`` = ``python -m benchmarks.perf --device cuda --suites model_step ARGS``."""
+    """``python -m benchmarks.model_step ARGS`` = ``python -m benchmarks.perf --device cuda --suites model_step ARGS``;
+    ``python -m benchmarks.model_step merge OUT IN [IN ...]`` writes :func:`merge_runs` of the IN files to OUT."""
     from benchmarks import perf
 
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        if len(argv) < 3:
+            raise SystemExit("usage: python -m benchmarks.model_step merge OUT IN [IN ...]")
+        parts = [json.loads(pathlib.Path(p).read_text()) for p in argv[2:]]
+        record.write(pathlib.Path(argv[1]), merge_runs(parts), indent=2)
+        return
     if "--device" not in argv:
         argv = ["--device", "cuda" if torch.cuda.is_available() else "cpu", *argv]
     perf.main(["--suites", "model_step", *argv])

@@ -47,13 +47,17 @@ traces = graphs.rope_rotation_traces(rope, pairs=[0, 1, 3, 7], positions=32)
 fig, ax = plt.subplots(figsize=(4.2, 4.2))
 for t in traces:
     ax.plot(t.x, t.y, "o-", ms=3, lw=0.8, label=f"pair {t.pair}: {t.frequency:.3f} rad/pos")
-ax.set_aspect("equal"); ax.set_xlabel("x[2i]"); ax.set_ylabel("x[2i+1]"); ax.legend(fontsize=7, loc="lower left")
+ax.set_aspect("equal"); ax.set_xlabel("x[2i]"); ax.set_ylabel("x[2i+1]")
+ax.legend(fontsize=7, loc="lower left")
 ax.set_title("RoPE: where (1, 0) goes at positions 0..31")
 plt.show()
 inv_freq = zoo.rope_inverse_frequencies(16)
-print("every point on the unit circle:", all(torch.allclose(t.x**2 + t.y**2, torch.ones(32)) for t in traces))
-print("pair i turns by theta_i per position:", all(abs(t.frequency - inv_freq[t.pair].item()) < 1e-5 for t in traces))
-print("score depends only on m - n (spread < 1e-4):", graphs.relative_position_invariance(rope, positions=32) < 1e-4)
+print("every point on the unit circle:",
+      all(torch.allclose(t.x**2 + t.y**2, torch.ones(32)) for t in traces))
+print("pair i turns by theta_i per position:",
+      all(abs(t.frequency - inv_freq[t.pair].item()) < 1e-5 for t in traces))
+print("score depends only on m - n (spread < 1e-4):",
+      graphs.relative_position_invariance(rope, positions=32) < 1e-4)
 
 # %% [markdown]
 # ## 2. The exported ATen graph holds complex nodes
@@ -66,7 +70,8 @@ print("score depends only on m - n (spread < 1e-4):", graphs.relative_position_i
 # %%
 rope_model = zoo.build_model("complex_rope")
 rope_ep, rope_args, rope_kwargs = zoo.export_model("complex_rope", model=rope_model)
-print("complex constants:", {k: (str(v.dtype), list(v.shape)) for k, v in rope_ep.constants.items()})
+print("complex constants:",
+      {k: (str(v.dtype), list(v.shape)) for k, v in rope_ep.constants.items()})
 graphs.complex_node_table(rope_ep)
 
 # %% [markdown]
@@ -106,7 +111,8 @@ def complex_mul(x, y):
 def polar(magnitude, angle):
     return torch.view_as_real(torch.polar(magnitude, angle))
 
-for fn, inputs in ((complex_mul, (torch.randn(2, 3, 2), torch.randn(2, 3, 2))), (polar, (torch.rand(2, 3), torch.randn(2, 3)))):
+for fn, inputs in ((complex_mul, (torch.randn(2, 3, 2), torch.randn(2, 3, 2))),
+                   (polar, (torch.rand(2, 3), torch.randn(2, 3)))):
     lowered = lower(graphs.one_op_program(fn, *inputs), strategy="rewrite")
     print(f"{fn.__name__}:\n  " + "\n  ".join(graphs.lowered_aten_lines(lowered)))
 
@@ -129,7 +135,8 @@ for fn, inputs in ((complex_mul, (torch.randn(2, 3, 2), torch.randn(2, 3, 2))), 
 strategies = [graphs.tetrt_strategy("rewrite"), graphs.tetrt_strategy("retrace")]
 with torch.no_grad():
     rope_eager = rope_model(*rope_args, **rope_kwargs)
-rope_reports = graphs.compare_strategies(rope_ep, rope_args, rope_kwargs, strategies, reference=rope_eager)
+rope_reports = graphs.compare_strategies(rope_ep, rope_args, rope_kwargs, strategies,
+                                         reference=rope_eager)
 graphs.strategy_table(rope_ep, rope_reports).transposed(corner="")
 
 # %% [markdown]
@@ -137,7 +144,8 @@ graphs.strategy_table(rope_ep, rope_reports).transposed(corner="")
 # and arithmetic take their place):
 
 # %%
-histograms = {"exported": graphs.op_histogram(rope_ep)} | {r.strategy: graphs.op_histogram(r.graph) for r in rope_reports}
+histograms = ({"exported": graphs.op_histogram(rope_ep)}
+              | {r.strategy: graphs.op_histogram(r.graph) for r in rope_reports})
 graphs.histogram_table(histograms)
 
 # %% [markdown]
@@ -153,7 +161,8 @@ for strategy in ("rewrite", "retrace"):
     for batch, seq in ((1, 5), (3, 11), (2, 40)):
         (hidden,), kw = zoo.example_inputs("rope_attention", attn, batch=batch, seq=seq, seed=batch)
         with torch.no_grad():
-            error = max_abs_error(attn(hidden, **kw), attn_gm(hidden, attention_mask=kw["attention_mask"]))
+            error = max_abs_error(attn(hidden, **kw),
+                                  attn_gm(hidden, attention_mask=kw["attention_mask"]))
         print(f"{strategy}: batch={batch} seq={seq:>2}  max abs error < 1e-5: {error < 1e-5}")
 
 # %% [markdown]
@@ -173,9 +182,11 @@ for strategy in ("rewrite", "retrace"):
     compiled = tetrt_support.compile(rope_ep, backend="onnxruntime", strategy=strategy)
     with torch.no_grad():
         out = compiled(*rope_args, **rope_kwargs)
-    print(f"{strategy}: {compiled.blocks_summary()}; max abs error < 1e-5: {max_abs_error(rope_eager, out) < 1e-5}")
+    print(f"{strategy}: {compiled.blocks_summary()}; "
+          f"max abs error < 1e-5: {max_abs_error(rope_eager, out) < 1e-5}")
     for block in compiled.blocks():
-        print(f"  {block.name} ({block.runner}): {len(block.ops)} ops; complex ops: {any('complex' in op or 'polar' in op for op in block.ops)}"
+        print(f"  {block.name} ({block.runner}): {len(block.ops)} ops; "
+              f"complex ops: {any('complex' in op or 'polar' in op for op in block.ops)}"
               + ("" if block.kind == "engine" else f"; {sorted(set(block.ops))}"))
 
 # %% [markdown]
@@ -190,7 +201,8 @@ for strategy in ("rewrite", "retrace"):
 llama = zoo.tiny_llama4(num_layers=2, with_moe=False, seed=0)
 llama_ep, llama_args, llama_kwargs = zoo.export_llama4(llama, batch=2, seq=8)
 llama_hist = graphs.op_histogram(llama_ep)
-print({op: llama_hist[op] for op in ("aten.polar.default", "aten.view_as_complex.default", "aten.view_as_real.default")})
+print({op: llama_hist[op] for op in ("aten.polar.default", "aten.view_as_complex.default",
+                                     "aten.view_as_real.default")})
 print("complex-valued nodes:", len(graphs.complex_valued_nodes(llama_ep)))
 llama_nodes = graphs.complex_node_table(llama_ep)
 print(f"first 9 of the {len(llama_nodes.rows)} nodes that produce or read complex values:")
@@ -203,12 +215,14 @@ llama_nodes.head(9)
 # %%
 with torch.no_grad():
     llama_eager = llama(**llama_kwargs)
-llama_reports = graphs.compare_strategies(llama_ep, llama_args, llama_kwargs, strategies, reference=llama_eager)
+llama_reports = graphs.compare_strategies(llama_ep, llama_args, llama_kwargs, strategies,
+                                          reference=llama_eager)
 display(graphs.strategy_table(llama_ep, llama_reports).transposed(corner=""))
 for r in llama_reports:
     with torch.no_grad():
         out = r.graph(input_ids=llama_kwargs["input_ids"])
-    print(f"{r.strategy}: returns {type(out).__name__}; logits match eager (atol 1e-5): {torch.allclose(out.logits, llama_eager.logits, atol=1e-5)}")
+    print(f"{r.strategy}: returns {type(out).__name__}; logits match eager (atol 1e-5): "
+          f"{torch.allclose(out.logits, llama_eager.logits, atol=1e-5)}")
 
 # %% [markdown]
 # ## 8. The contrast: rotate-half RoPE has nothing to lower
@@ -227,7 +241,8 @@ q, k = rope_args
 with torch.no_grad():
     half_q, half_k = half_model(zoo.interleaved_to_half(q), zoo.interleaved_to_half(k))
 print("complex RoPE == rotate-half RoPE after the permutation (max abs error < 1e-5):",
-      max_abs_error((zoo.interleaved_to_half(rope_eager[0]), zoo.interleaved_to_half(rope_eager[1])), (half_q, half_k)) < 1e-5)
+      max_abs_error((zoo.interleaved_to_half(rope_eager[0]),
+                     zoo.interleaved_to_half(rope_eager[1])), (half_q, half_k)) < 1e-5)
 
 # %% [markdown]
 # ## 9. torch's own pass: `decompose_complex_in_graph`
@@ -241,14 +256,18 @@ print("complex RoPE == rotate-half RoPE after the permutation (max abs error < 1
 
 # %%
 if graphs.torch_decompose_available():
-    for label, (ep, args, kwargs, eager) in {"complex_rope": (rope_ep, rope_args, rope_kwargs, rope_eager),
-                                             "llama4": (llama_ep, llama_args, llama_kwargs, llama_eager)}.items():
-        (report,) = graphs.compare_strategies(ep, args, kwargs, [graphs.TORCH_DECOMPOSE], reference=eager)
+    models = {"complex_rope": (rope_ep, rope_args, rope_kwargs, rope_eager),
+              "llama4": (llama_ep, llama_args, llama_kwargs, llama_eager)}
+    for label, (ep, args, kwargs, eager) in models.items():
+        (report,) = graphs.compare_strategies(ep, args, kwargs, [graphs.TORCH_DECOMPOSE],
+                                              reference=eager)
         print(label); display(graphs.strategy_table(ep, [report]).transposed(corner=""))
         out = report.graph(*torch.utils._pytree.tree_leaves((args, kwargs)))
-        print(f"called with flat inputs; returns {type(out).__name__} where the model returns {type(eager).__name__}\n")
+        print(f"called with flat inputs; returns {type(out).__name__} "
+              f"where the model returns {type(eager).__name__}\n")
 else:
-    print(f"torch {torch.__version__} has no decompose_complex_in_graph (torch >= 2.14): comparison skipped")
+    print(f"torch {torch.__version__} has no decompose_complex_in_graph (torch >= 2.14): "
+          "comparison skipped")
 
 # %% [markdown]
 # ## 10. Lowering time against model size (stored benchmark)
@@ -264,7 +283,8 @@ bench = results.load("../benchmarks/results/lowering.json", "lowering")
 fig, ax = plt.subplots()
 for name, (layers, seconds) in perf.lowering_curves(bench).items():
     ax.plot(layers, seconds, "o-", label=name)
-ax.set_xlabel("decoder layers"); ax.set_ylabel("lowering time, median (s)"); ax.legend(); ax.set_title("Lowering time, tiny Llama 4")
+ax.set_xlabel("decoder layers"); ax.set_ylabel("lowering time, median (s)"); ax.legend()
+ax.set_title("Lowering time, tiny Llama 4")
 plt.show()
 print("\n".join(perf.lowering_claims(bench)))
 

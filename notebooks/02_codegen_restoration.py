@@ -22,7 +22,8 @@ import torch
 
 from tetrt_support import compile as tetrt_compile
 from tetrt_support import optional, zoo
-from tetrt_support.history import BEFORE_FIX, EVERY_COMPLEX_OUTPUT, FINAL, FLATTEN_FIX, compile_as, retrace
+from tetrt_support.history import (BEFORE_FIX, EVERY_COMPLEX_OUTPUT, FINAL, FLATTEN_FIX, compile_as,
+                                   retrace)
 from tetrt_support.history import Eig, OutputModel, output_mismatch, signature_matrix
 from tetrt_support.report import Table
 from tetrt_support.report.compare import max_abs_error
@@ -93,7 +94,8 @@ retraced("dataclass", "restore")(x=x, y=y)
 # %%
 flat_dc = retraced("dataclass", "flatten")
 print("output node:", flat_dc.graph.output_node().format_node())
-print("dict ok:", output_mismatch(OutputModel("dict")(x, y), retraced("dict", "flatten")(x=x, y=y)) is None)
+print("dict ok:",
+      output_mismatch(OutputModel("dict")(x, y), retraced("dict", "flatten")(x=x, y=y)) is None)
 
 # %% tags=["raises-exception"]
 flat_dc(x, y)
@@ -173,7 +175,8 @@ blind_eig(x=square)
 # The fix unpacks an output only if it is packed real *at the boundary*:
 
 # %%
-final_eig = tetrt_compile(ep_eig, backend="onnxruntime", min_block_size=1)  # x + 1 alone makes an engine block
+final_eig = tetrt_compile(ep_eig, backend="onnxruntime",
+                          min_block_size=1)  # x + 1 alone makes an engine block
 print(final_eig.blocks_summary(), [(b.name, b.kind) for b in final_eig.blocks()])
 print("eig outputs:", [t.dtype for t in final_eig(x=square)],
       "| match eager:", output_mismatch(tuple(Eig()(square)), tuple(final_eig(x=square))) is None)
@@ -219,9 +222,10 @@ print("max abs error < 1e-5:", max_abs_error(ref, out) < 1e-5)
 # FX pickle keeps the code, not the codegen object), and `torch.save(ep.module())` fails
 # outright on a local lambda. `tetrt_support.save(..., output_format="pickle")` stores
 # each graph with its codegen; the ONNX Runtime block keeps its model bytes and rebuilds
-# its session on first call. The loaded Llama 4 is called by keyword again:
+# its session on first call. Unpickling runs code chosen by whoever wrote the file, so
+# `load` refuses that format unless the caller says the file is trusted:
 
-# %%
+# %% tags=["raises-exception"]
 import io
 
 import tetrt_support
@@ -230,15 +234,24 @@ from tetrt_support.compiler import CompiledModule
 buffer = io.BytesIO()
 tetrt_support.save(compiled_llama, buffer, output_format="pickle")
 buffer.seek(0)
-loaded = tetrt_support.load(buffer)
+tetrt_support.load(buffer)
+
+# %% [markdown]
+# A file we made ourselves is trusted; the loaded Llama 4 is called by keyword again:
+
+# %%
+buffer.seek(0)
+loaded = tetrt_support.load(buffer, trusted=True)
 again = loaded(input_ids=ids["input_ids"])
-print("a CompiledModule:", isinstance(loaded, CompiledModule), "|", loaded.blocks_summary(), "|", type(again).__name__)
+print("a CompiledModule:", isinstance(loaded, CompiledModule), "|", loaded.blocks_summary(), "|",
+      type(again).__name__)
 print("same logits as before saving:", torch.equal(again.logits, out.logits))
 
 # %% [markdown]
 # ## What remains open
 #
-# - **Loading is unpickling** (`weights_only=False`): load only files you trust. Output
+# - **The pickle format is unpickling**: `load(path, trusted=True)` only for files you
+#   trust; the default exported-program format loads without running code. Output
 #   types (namedtuples, dataclasses, `ModelOutput`s) must be importable where a file is
 #   loaded, and an ONNX Runtime block's weights live in its ONNX bytes, not in the
 #   compiled module's `state_dict`.

@@ -25,18 +25,20 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 from tetrt_support import optional
-from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, MXFP8Quantizer,
-                                 NVFP4Quantizer, register_value_quantizer)
+from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuantizer,
+                                 MXFP8Quantizer, NVFP4Quantizer, register_value_quantizer)
 from tetrt_support.quant.distributed import single_process_group
 from tetrt_support.quant.dynamo import qdq_op
 from tetrt_support.quant.numerics import error_stats
 from tetrt_support.report import Table
-from tetrt_support.report.quant_tracing import IdentityMXFP8Quantizer, compiles_over_steps, make_step, placeholders, trace_over
+from tetrt_support.report.quant_tracing import (IdentityMXFP8Quantizer, compiles_over_steps,
+                                                make_step, placeholders, trace_over)
 
 print("torch", torch.__version__.split("+")[0])
 print(*wrap_lines(optional.availability_line()), sep="\n")
-print(*wrap_lines("TransformerEngine was not run here: every number below comes from tetrt_support.quant's own "
-                  f"PyTorch implementation (transformer_engine importable: {optional.available('transformer_engine')})"),
+print(*wrap_lines("TransformerEngine was not run here: every number below comes from "
+                  "tetrt_support.quant's own PyTorch implementation "
+                  f"(transformer_engine importable: {optional.available('transformer_engine')})"),
       sep="\n")
 
 # %% [markdown]
@@ -53,10 +55,12 @@ print(*wrap_lines("TransformerEngine was not run here: every number below comes 
 # custom op (`make_step`) and calls it with 5 fresh quantizers.
 
 # %%
-rows = [("identity (fresh object each step)", *compiles_over_steps(IdentityMXFP8Quantizer, IdentityMXFP8Quantizer)),
+rows = [("identity (fresh object each step)",
+         *compiles_over_steps(IdentityMXFP8Quantizer, IdentityMXFP8Quantizer)),
         ("value (fresh object each step)", *compiles_over_steps(MXFP8Quantizer, MXFP8Quantizer))]
 two_configs = itertools.cycle([MXFP8Quantizer(), MXFP8Quantizer(columnwise_usage=False)])
-rows.append(("value, two configurations alternating", *compiles_over_steps(MXFP8Quantizer, lambda: next(two_configs).copy())))
+rows.append(("value, two configurations alternating",
+             *compiles_over_steps(MXFP8Quantizer, lambda: next(two_configs).copy())))
 Table([(name, 5, frames, graphs_seen, same) for name, frames, graphs_seen, same in rows],
       ["quantizer semantics", "steps", "compiles", "unique graphs", "matches eager"])
 
@@ -84,7 +88,8 @@ Table([(name, 5, frames, graphs_seen, same) for name, frames, graphs_seen, same 
 # tensor it makes, and shares a frozen one.
 
 # %%
-nvfp4 = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)  # the transform takes bf16 input, as TE's kernels
+# the transform takes bf16 input, as TE's kernels
+nvfp4 = NVFP4Quantizer(with_rht=True, with_post_rht_amax=True)
 traced = trace_over(make_step(NVFP4Quantizer), [nvfp4], torch.randn(16, 32, dtype=torch.bfloat16))
 print(*wrap_lines(traced.graphs[0].code.strip()), sep="\n")  # long lines wrapped for the page
 
@@ -94,13 +99,15 @@ rebuilt = eval(expr, dict(fx_globals))  # nothing from the surrounding scope
 x = torch.randn(64, 128, dtype=torch.bfloat16)
 a, b = nvfp4.quantize(x), rebuilt.quantize(x)
 print("globals:", sorted(fx_globals))
-print("rebuilt == original:", rebuilt == nvfp4, "| same hash:", hash(rebuilt) == hash(nvfp4), "| same object:", rebuilt is nvfp4)
-print("Hadamard matrix rebuilt from the mask, not shared:", torch.equal(rebuilt.rht_matrix, nvfp4.rht_matrix),
-      rebuilt.rht_matrix is not nvfp4.rht_matrix)
-print("bit-exact quantization:", all(torch.equal(v.view(torch.uint8), getattr(b, k).view(torch.uint8))
-                                     for k, v in a.inner_buffers().items()))
-print("evaluated again -> the same object:", eval(expr, dict(fx_globals)) is rebuilt, "| frozen:", rebuilt.is_frozen,
-      "| the original frozen:", nvfp4.is_frozen)
+print("rebuilt == original:", rebuilt == nvfp4, "| same hash:", hash(rebuilt) == hash(nvfp4),
+      "| same object:", rebuilt is nvfp4)
+print("Hadamard matrix rebuilt from the mask, not shared:",
+      torch.equal(rebuilt.rht_matrix, nvfp4.rht_matrix), rebuilt.rht_matrix is not nvfp4.rht_matrix)
+print("bit-exact quantization:",
+      all(torch.equal(v.view(torch.uint8), getattr(b, k).view(torch.uint8))
+          for k, v in a.inner_buffers().items()))
+print("evaluated again -> the same object:", eval(expr, dict(fx_globals)) is rebuilt,
+      "| frozen:", rebuilt.is_frozen, "| the original frozen:", nvfp4.is_frozen)
 
 # %% [markdown]
 # ## 3. What `hoist=True` changes
@@ -146,7 +153,8 @@ class StaticMethodMXFP8Quantizer(MXFP8Quantizer):
         return 32
 
 register_value_quantizer(StaticMethodMXFP8Quantizer)
-logging.getLogger("torch._guards").setLevel(logging.CRITICAL)  # it logs the failed guard before raising
+# it logs the failed guard before raising
+logging.getLogger("torch._guards").setLevel(logging.CRITICAL)
 
 def blocks_via_instance(x, quantizer):
     return x * (x.shape[-1] // quantizer.block_size())
@@ -164,7 +172,9 @@ torch.compile(blocks_via_instance, backend="eager", fullgraph=True)(torch.ones(6
 
 # %%
 torch._dynamo.reset()
-print("via the class:", torch.compile(blocks_via_class, backend="eager", fullgraph=True)(torch.ones(64), StaticMethodMXFP8Quantizer()).unique().tolist())
+print("via the class:",
+      torch.compile(blocks_via_class, backend="eager", fullgraph=True)(
+          torch.ones(64), StaticMethodMXFP8Quantizer()).unique().tolist())
 
 # %% [markdown]
 # ### 4b. Mutating the quantizer inside the compiled region
@@ -189,7 +199,8 @@ caller = MXFP8Quantizer()
 compiled(torch.randn(32, 64), caller)
 
 # %%
-print("caller's quantizer, columnwise_usage after the failed call (True before):", caller.columnwise_usage)
+print("caller's quantizer, columnwise_usage after the failed call (True before):",
+      caller.columnwise_usage)
 
 # %% [markdown]
 # **Fix:** never mutate the argument: derive the variant outside the region
@@ -208,9 +219,11 @@ counter = CompileCounter()
 compiled = torch.compile(step_constructing, backend=counter, fullgraph=True)
 callers = [MXFP8Quantizer() for _ in range(10)]
 x = torch.randn(32, 64)
-same = all(torch.equal(compiled(x, q), MXFP8Quantizer(columnwise_usage=False).quantize(x).dequantize()) for q in callers)
-print("compiles for 10 calls:", counter.frame_count, "| callers untouched:", all(q.columnwise_usage for q in callers),
-      "| matches eager:", same)
+same = all(torch.equal(compiled(x, q),
+                       MXFP8Quantizer(columnwise_usage=False).quantize(x).dequantize())
+           for q in callers)
+print("compiles for 10 calls:", counter.frame_count,
+      "| callers untouched:", all(q.columnwise_usage for q in callers), "| matches eager:", same)
 
 # %% [markdown]
 # ### 4c. A value quantizer holding a `ProcessGroup`
@@ -238,7 +251,8 @@ with single_process_group() as group:
     x = torch.randn(8, 32)
     reduced = q.quantize(x, amax_reduction_group=group)
     print("per-call group: hashable quantizer:", isinstance(hash(q), int),
-          "| one-rank reduction leaves the scale unchanged:", torch.equal(reduced._scale_inv, q.quantize(x)._scale_inv))
+          "| one-rank reduction leaves the scale unchanged:",
+          torch.equal(reduced._scale_inv, q.quantize(x)._scale_inv))
 
 # %% [markdown]
 # ## 5. Evidence: each format's error on the same activations
@@ -252,13 +266,17 @@ torch.manual_seed(0)
 acts = torch.randn(256, 1024)
 acts[:, torch.randperm(1024)[:8]] *= 20.0
 acts = acts.bfloat16()
-formats = {"FP8 current (E4M3)": Float8CurrentScalingQuantizer(), "FP8 block 1x128": Float8BlockQuantizer(block_scaling_dim=1),
+formats = {"FP8 current (E4M3)": Float8CurrentScalingQuantizer(),
+           "FP8 block 1x128": Float8BlockQuantizer(block_scaling_dim=1),
            "MXFP8 1x32": MXFP8Quantizer(), "NVFP4 1x16": NVFP4Quantizer(),
            "NVFP4 16x1 (col-wise)": NVFP4Quantizer(rowwise_usage=False, columnwise_usage=True),
-           "NVFP4 16x1 + RHT": NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rowwise_usage=False, columnwise_usage=True)}
-errors = {name: q.quantize(acts).dequantize(torch.float32) - acts.float() for name, q in formats.items()}
+           "NVFP4 16x1 + RHT": NVFP4Quantizer(with_rht=True, with_post_rht_amax=True,
+                                              rowwise_usage=False, columnwise_usage=True)}
+errors = {name: q.quantize(acts).dequantize(torch.float32) - acts.float()
+          for name, q in formats.items()}
 stats = {name: error_stats(acts, acts.float() + err) for name, err in errors.items()}
-Table([(name, f"{s['rel_rms']:.4f}", f"{s['max_abs']:.3f}", f"{s['sqnr_db']:.2f}") for name, s in stats.items()],
+Table([(name, f"{s['rel_rms']:.4f}", f"{s['max_abs']:.3f}", f"{s['sqnr_db']:.2f}")
+       for name, s in stats.items()],
       ["format (row-wise copy unless named)", "rel RMS err", "max |err|", "SQNR dB"])
 
 # %%
@@ -266,17 +284,21 @@ fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
 left.barh(list(stats), [s["sqnr_db"] for s in stats.values()], color="tab:blue")
 left.invert_yaxis(); left.set_xlabel("SQNR (dB, higher is better)")
 for name, err in errors.items():
-    right.hist(err.abs().clamp_min(1e-6).log10().flatten().numpy(), bins=80, histtype="step", label=name)
-right.set_xlabel("log10 |dequantized - original|"); right.set_ylabel("elements"); right.legend(fontsize=7)
+    right.hist(err.abs().clamp_min(1e-6).log10().flatten().numpy(), bins=80, histtype="step",
+               label=name)
+right.set_xlabel("log10 |dequantized - original|"); right.set_ylabel("elements")
+right.legend(fontsize=7)
 plt.tight_layout(); plt.show()
 
 # %%
 fp8_like = [stats[n]["sqnr_db"] for n in ("FP8 current (E4M3)", "FP8 block 1x128", "MXFP8 1x32")]
 print("FP8-family formats within 0.1 dB of each other:", max(fp8_like) - min(fp8_like) < 0.1)
 same = (errors["FP8 block 1x128"] == errors["MXFP8 1x32"]).double().mean().item()
-print(f"FP8 block 1x128 and MXFP8 1x32 give the same value for {100 * same:.2f}% of elements (the histograms overlap)")
+print(f"FP8 block 1x128 and MXFP8 1x32 give the same value for {100 * same:.2f}% of elements "
+      "(the histograms overlap)")
 nvfp4_names = ("NVFP4 1x16", "NVFP4 16x1 (col-wise)", "NVFP4 16x1 + RHT")
-print("NVFP4 at least 9 dB below the FP8 family:", max(stats[n]["sqnr_db"] for n in nvfp4_names) < min(fp8_like) - 9)
+print("NVFP4 at least 9 dB below the FP8 family:",
+      max(stats[n]["sqnr_db"] for n in nvfp4_names) < min(fp8_like) - 9)
 plain, rht = stats["NVFP4 16x1 (col-wise)"], stats["NVFP4 16x1 + RHT"]
 print("RHT on the column-wise operand lowers its max |error|:", rht["max_abs"] < plain["max_abs"],
       "| and raises its SQNR:", rht["sqnr_db"] > plain["sqnr_db"])

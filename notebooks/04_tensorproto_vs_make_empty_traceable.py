@@ -38,7 +38,8 @@ from tetrt_support.quant.recipes import RECIPES, get_recipe
 
 print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
-print("TransformerEngine was not run here: both designs are rebuilt on tetrt_support.quant's quantizers.")
+print("TransformerEngine was not run here: both designs are rebuilt on "
+      "tetrt_support.quant's quantizers.")
 
 # %% [markdown]
 # ## 1. Why quantized tensors must cross the op boundary flattened
@@ -113,7 +114,8 @@ flat = {name: [(tuple(t.shape), t.dtype) for t in get_strategy(name).flat_fake(v
 print("make_empty_traceable:", type(empty).__name__, "with ctx keys", sorted(empty._te_flat_ctx))
 print("same flat fake tensors (shape, dtype) from both:",
       flat["tensor_proto"] == flat["make_empty_traceable"])
-Table([(b.name, str(tuple(b.shape)), str(b.dtype).removeprefix("torch."), b.name in empty._te_flat_names)
+Table([(b.name, str(tuple(b.shape)), str(b.dtype).removeprefix("torch."),
+        b.name in empty._te_flat_names)
        for b in proto.buffers], ["TensorProto buffer", "shape", "dtype", "in the stash"])
 
 # %% [markdown]
@@ -131,7 +133,8 @@ graphs = {name: measure.train(measure.tiny_mlp("mxfp8", name), *data, backend="a
 print("frames per strategy:", {name: capture.frames for name, capture in graphs.items()})
 print("same graphs node for node, up to op names:", measure.same_graphs_up_to_strategy(
     graphs["tensor_proto"], "tensor_proto", graphs["make_empty_traceable"], "make_empty_traceable"))
-measure.graph_head_table(graphs["tensor_proto"].graphs[0], until_op="relu")  # the first layer's part
+# the first layer's part
+measure.graph_head_table(graphs["tensor_proto"].graphs[0], until_op="relu")
 
 # %% [markdown]
 # Where traced code *does* handle quantized tensors is weight caching
@@ -172,13 +175,15 @@ for name in FAKE_IMPLS:
 
 # %%
 for recipe in ("nvfp4", "fp8_block"):
-    q, x4 = get_recipe(recipe).input(), torch.randn(16, 64, dtype=torch.bfloat16)  # bf16: the nvfp4 input's RHT takes no other
+    # bf16: the nvfp4 input's RHT takes no other
+    q, x4 = get_recipe(recipe).input(), torch.randn(16, 64, dtype=torch.bfloat16)
     for name in FAKE_IMPLS:
         try:
             rebuilt = hazards.template_and_reassemble_in_trace(name, q, x4, "aot_eager")
             same = torch.equal(rebuilt.dequantize(), q.quantize(x4).dequantize())
             print(f"{recipe:9s} {name:21s} -> {type(rebuilt).__name__}, equal to eager:", same)
-        except (Unsupported, AssertionError) as error:  # headlines: the full messages cite source lines
+        except (Unsupported, AssertionError) as error:
+            # headlines: the full messages cite source lines
             print(f"{recipe:9s} {name:21s} -> {type(error).__name__}: {str(error).splitlines()[0]}")
 
 # %% [markdown]
@@ -206,8 +211,8 @@ Table.from_records(measure.compile_matrix(RECIPES, FAKE_IMPLS))
 
 # %%
 bench = results.load("../benchmarks/results/fake_impls.json", "fake_impls")
-print("benchmark: torch", bench["versions"]["torch"], "|", bench["machine"]["cpu_count"], "CPUs | MLP",
-      bench["config"]["mlp_sizes"], "batch", bench["config"]["batch"])
+print("benchmark: torch", bench["versions"]["torch"], "|", bench["machine"]["cpu_count"],
+      "CPUs | MLP", bench["config"]["mlp_sizes"], "batch", bench["config"]["batch"])
 print("graph breaks in all runs:", sum(r["graph_breaks"] for r in bench["rows"]),
       "| max frames per run:", max(r["frames"] for r in bench["rows"]))
 Table(bench["code_lines"].items(), ["module (as benchmarked)", "code lines"])
@@ -222,8 +227,10 @@ columns = {"compile_cpu_s_median": "compile CPU s", "compile_s_median": "compile
 def timings(keys, title):
     values = {(name, be): [summary[name][be][k] for k in keys]
               for name in FAKE_IMPLS for be in sorted(summary[name])}
-    cells = [[*key, *(f"{v:.2f}" if v < 10 else f"{v:.0f}" for v in row)] for key, row in values.items()]
-    return Table(cells, ["fake_impl", "backend", *(columns[k] for k in keys)], title=title, key_columns=2)
+    cells = [[*key, *(f"{v:.2f}" if v < 10 else f"{v:.0f}" for v in row)]
+             for key, row in values.items()]
+    return Table(cells, ["fake_impl", "backend", *(columns[k] for k in keys)], title=title,
+                 key_columns=2)
 
 
 display(timings(list(columns)[:4], "compile and training step (medians)"),

@@ -64,7 +64,9 @@ perf.rope_table(cuda)
 # %%
 names, fractions = perf.bandwidth_series(cuda)
 fig, ax = plt.subplots(figsize=(7.5, 3.6))
-ax.barh(names, fractions, color=["tab:gray" if n == "clone" else "tab:blue" if n.startswith("lowered") else "tab:orange" for n in names])
+colors = ["tab:gray" if n == "clone" else "tab:blue" if n.startswith("lowered") else "tab:orange"
+          for n in names]
+ax.barh(names, fractions, color=colors)
 ax.axvline(perf.ROPE_TARGET, color="k", linestyle="--", linewidth=1)
 ax.set_xlabel("fraction of a clone's bandwidth (H200)")
 ax.set_title(f"dashed: target {perf.ROPE_TARGET}; blue: lowered; orange: reference", fontsize=9)
@@ -124,7 +126,8 @@ if llama4_path.exists():
     display(perf.llama4_table(llama4))
     print(*wrap_lines("\n".join(perf.llama4_claims(llama4))), sep="\n")
 else:
-    print("No stored run: `python -m benchmarks.perf --device cuda --suites llama4` writes results/llama4_cuda.json.")
+    print("No stored run: `python -m benchmarks.perf --device cuda --suites llama4` writes "
+          "results/llama4_cuda.json.")
 
 # %% [markdown]
 # **Reading.** Both strategies are faster than `torch.compile` of the complex original: 1.039 and
@@ -164,7 +167,9 @@ perf.linear_table(cuda)
 # %%
 names, tflops = perf.tflops_series(cuda)
 fig, ax = plt.subplots(figsize=(7.5, 3.8))
-ax.barh(names, tflops, color=["tab:green" if "fp8" in n else "tab:gray" if "bf16" in n else "tab:purple" for n in names])
+colors = ["tab:green" if "fp8" in n else "tab:gray" if "bf16" in n else "tab:purple"
+          for n in names]
+ax.barh(names, tflops, color=colors)
 ax.set_xscale("log")
 ax.set_xlabel("TFLOP/s (H200, log scale)")
 ax.invert_yaxis()

@@ -26,7 +26,8 @@ from tetrt_support.report import Table
 from tetrt_support.zoo.discover import complex_modeling_files
 
 sources = complex_modeling_files()
-Table([(s.family, s.path, sorted(s.markers)) for s in sources], ("family", "modeling file", "markers"))
+Table([(s.family, s.path, sorted(s.markers)) for s in sources],
+      ("family", "modeling file", "markers"))
 
 # %% [markdown]
 # ## 1. The sweep, as measured
@@ -44,7 +45,8 @@ from tetrt_support.report import results
 from tetrt_support.zoo.sweep import family_summary_table, rows_table
 
 record = results.load(results.RESULTS_DIR / "hf_sweep.json", "hf_sweep")
-print(record["command"], "|", ", ".join(f"{k} {v}" for k, v in record["versions"].items() if k != "python"))
+print(record["command"], "|",
+      ", ".join(f"{k} {v}" for k, v in record["versions"].items() if k != "python"))
 print(f"{sum(r['passed'] for r in record['rows'])} of {len(record['rows'])} rows pass")
 family_summary_table(record["rows"])
 
@@ -102,7 +104,8 @@ from tetrt_support.compiler.verify import check_engine_blocks, keep_reference_bl
 unguarded = (functionalize_view_writes, keep_reference_blocks, check_engine_blocks)
 passes = [p for p in pipeline.PASSES if p not in unguarded]
 try:
-    pipeline.run_passes(program, "onnxruntime", "rewrite", passes, CompilationSettings(min_block_size=1))
+    pipeline.run_passes(program, "onnxruntime", "rewrite", passes,
+                        CompilationSettings(min_block_size=1))
 except EngineMismatchError as error:
     print(*wrap_lines(type(error).__name__ + ": " + str(error).split(" differs")[0]), sep="\n")
 
@@ -141,7 +144,8 @@ compiled = tetrt_support.compile(fnet_program, backend="onnxruntime")
 with torch.no_grad():
     want, got = fnet(**fnet_inputs), compiled(**fnet_inputs)
 print(compiled.blocks_summary(), "|", type(got).__name__, list(got.keys()) == list(want.keys()),
-      "| max error below 1e-5:", bool((got.last_hidden_state - want.last_hidden_state).abs().max() < 1e-5))
+      "| max error below 1e-5:",
+      bool((got.last_hidden_state - want.last_hidden_state).abs().max() < 1e-5))
 
 # %% [markdown]
 # ## 4. Infinities and NaN: the C99 tables in the graph
@@ -163,7 +167,8 @@ import math
 inf, nan = math.inf, math.nan
 points = {"asin": complex(inf, 1), "acos": complex(-inf, inf), "atan": complex(nan, inf),
           "asinh": complex(1, inf), "acosh": complex(-inf, 2), "atanh": complex(inf, nan),
-          "log1p": complex(1e-30, inf), "exp": complex(-inf, inf), "sqrt": complex(-4, inf)}  # fmt: skip
+          "log1p": complex(1e-30, inf), "exp": complex(-inf, inf),
+          "sqrt": complex(-4, inf)}  # fmt: skip
 
 
 class AtSpecialPoints(torch.nn.Module):
@@ -224,7 +229,8 @@ sized = tetrt_support.compile(
 print(sized.blocks_summary())
 for node in sized.graph.find_nodes(op="call_module"):
     print(f"{node.target}({', '.join(str(a) for a in node.args)})")
-for x, counts in [(torch.randn(5, 4), torch.tensor([4, 5])), (torch.randn(2, 4), torch.tensor([1, 6]))]:
+for x, counts in [(torch.randn(5, 4), torch.tensor([4, 5])),
+                  (torch.randn(2, 4), torch.tensor([1, 6]))]:
     same = torch.allclose(sized(x, counts), CountThenArange()(x, counts))
     print(f"n = {int(counts.sum())}: same as eager:", same)
 
@@ -246,7 +252,8 @@ codec_env = detect_fake_mode([n.meta.get("val") for n in codec_program.graph.nod
 ranges_before = sorted(str(r) for r in codec_env.var_to_range.values())
 lower(codec_program, strategy="retrace")
 ranges_after = sorted(str(r) for r in codec_env.var_to_range.values())
-print("ranges before:", ranges_before, "| unchanged after a retrace:", ranges_after == ranges_before)
+print("ranges before:", ranges_before,
+      "| unchanged after a retrace:", ranges_after == ranges_before)
 
 # %% [markdown]
 # ## 7. What is out of reach, and what is open

@@ -28,14 +28,17 @@ import torch
 sys.path.insert(0, str(pathlib.Path.cwd().parent))  # the oracle is a test helper of this repository
 from tests.quant import te_cases, te_reference  # noqa: E402
 from tetrt_support import optional  # noqa: E402
-from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, Float8Quantizer,  # noqa: E402
-                                 MXFP8Quantizer, NVFP4Quantizer, numerics)
+from tetrt_support.quant import (Float8BlockQuantizer, Float8CurrentScalingQuantizer,  # noqa: E402
+                                 Float8Quantizer, MXFP8Quantizer, NVFP4Quantizer, numerics)
 from tetrt_support.report import Table  # noqa: E402
 
-warnings.filterwarnings("ignore", category=RuntimeWarning)  # numpy's overflow notes on the inf/huge families
+# numpy's overflow notes on the inf/huge families
+warnings.filterwarnings("ignore", category=RuntimeWarning)
 print("torch", torch.__version__.split("+")[0])
-print(*wrap_lines("TransformerEngine was not run here: the comparison is against an independent restatement of its "
-                  f"algorithms (transformer_engine importable: {optional.available('transformer_engine')})"), sep="\n")
+print(*wrap_lines("TransformerEngine was not run here: the comparison is against an independent "
+                  "restatement of its algorithms "
+                  f"(transformer_engine importable: {optional.available('transformer_engine')})"),
+      sep="\n")
 
 # %% [markdown]
 # ## 1. Bytes equal to TE's algorithm, per format
@@ -60,13 +63,17 @@ print(*wrap_lines("TransformerEngine was not run here: the comparison is against
 def summary_cell(case, family_name):
     if family_name not in case.families:
         return "–"
-    worst = min(min(te_cases.compare(case, te_cases.family(family_name, te_cases.small_shape(case), dtype)).values())
+    worst = min(min(te_cases.compare(
+                    case, te_cases.family(family_name, te_cases.small_shape(case), dtype)).values())
                 for dtype in te_cases.DTYPES.values())
     return "all" if worst == 1.0 else f"{100 * worst:.2f} %"
 
-short = {"zero rows and blocks": "zeros", "subnormal amax": "subnorm. amax", "near dtype max": "near max"}
-summary = Table([[case.name, *(summary_cell(case, f) for f in te_cases.FAMILIES)] for case in te_cases.CASES],
-                ["format (TE's defaults, both usages)", *(short.get(f, f) for f in te_cases.FAMILIES)],
+short = {"zero rows and blocks": "zeros", "subnormal amax": "subnorm. amax",
+         "near dtype max": "near max"}
+summary = Table([[case.name, *(summary_cell(case, f) for f in te_cases.FAMILIES)]
+                 for case in te_cases.CASES],
+                ["format (TE's defaults, both usages)",
+                 *(short.get(f, f) for f in te_cases.FAMILIES)],
                 title="bytes equal to TE's algorithm (fp32 and bf16 input)")
 summary
 
@@ -100,8 +107,10 @@ print(f"{len(summary.rows)} configurations × {len(te_cases.FAMILIES)} families 
 x = torch.tensor([2.7630667686462402, -1.0, 0.5, 0.001])
 t = Float8CurrentScalingQuantizer().quantize(x)
 scale = 1 / t._scale_inv.item()
-print(f"amax = {x.abs().max().item()!r}   scale = 448 / amax = {float(np.float32(448) / np.float32(x[0].item()))!r}")
-print("PyTorch's 448 / tensor is reciprocal-then-multiply, one ulp lower:", repr((448.0 / x[:1]).item()))
+print(f"amax = {x.abs().max().item()!r}   "
+      f"scale = 448 / amax = {float(np.float32(448) / np.float32(x[0].item()))!r}")
+print("PyTorch's 448 / tensor is reciprocal-then-multiply, one ulp lower:",
+      repr((448.0 / x[:1]).item()))
 Table([[f"{v:.7g}", f"{v * scale:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
        zip(x.tolist(), t._data.view(torch.uint8).tolist(), t.dequantize().tolist())],
       ["x", "x · scale", "E4M3 byte", "dequantized"])
@@ -117,9 +126,11 @@ row = torch.linspace(-1, 1, 128)
 row[0], row[1] = 5.0, -0.3
 t = Float8BlockQuantizer(block_scaling_dim=1).quantize(row.reshape(1, 128))
 scale_inv = t._quantizer.compact_scale_inv(t, "rowwise")[0, 0].item()
-print("block amax:", row.abs().max().item(), "| 448 / amax:", 448 / 5.0, "| stored scale_inv:", scale_inv, "-> scale", 1 / scale_inv)
+print("block amax:", row.abs().max().item(), "| 448 / amax:", 448 / 5.0,
+      "| stored scale_inv:", scale_inv, "-> scale", 1 / scale_inv)
 Table([[f"{v:.7g}", f"{v * 64:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
-       zip(row[:4].tolist(), t._rowwise_data.view(torch.uint8)[0, :4].tolist(), t.dequantize()[0, :4].tolist())],
+       zip(row[:4].tolist(), t._rowwise_data.view(torch.uint8)[0, :4].tolist(),
+           t.dequantize()[0, :4].tolist())],
       ["x", "x · 64", "E4M3 byte", "dequantized"])
 
 # %% [markdown]
@@ -132,11 +143,14 @@ Table([[f"{v:.7g}", f"{v * 64:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
 # %%
 block = torch.linspace(-2, 2, 32)
 block[5] = 5.0
-t = MXFP8Quantizer(columnwise_usage=False).quantize(block.reshape(1, 32))  # one row: the row-wise copy only
+# one row: the row-wise copy only
+t = MXFP8Quantizer(columnwise_usage=False).quantize(block.reshape(1, 32))
 biased = t._rowwise_scale_inv[0, 0].item()
-print(f"amax = 5   amax·fp32(1/448) = {float(np.float32(5) * np.float32(1 / 448))!r}   E8M0 byte = {biased} -> 2**{biased - 127}")
+print(f"amax = 5   amax·fp32(1/448) = {float(np.float32(5) * np.float32(1 / 448))!r}   "
+      f"E8M0 byte = {biased} -> 2**{biased - 127}")
 Table([[f"{v:.7g}", f"{v * 2.0 ** (127 - biased):.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
-       zip(block[3:7].tolist(), t._rowwise_data.view(torch.uint8)[0, 3:7].tolist(), t.dequantize()[0, 3:7].tolist())],
+       zip(block[3:7].tolist(), t._rowwise_data.view(torch.uint8)[0, 3:7].tolist(),
+           t.dequantize()[0, 3:7].tolist())],
       ["x", "x · 2**6", "E4M3 byte", "dequantized"])
 
 # %% [markdown]
@@ -149,17 +163,21 @@ Table([[f"{v:.7g}", f"{v * 2.0 ** (127 - biased):.7g}", f"0x{c:02x}", f"{d:.7g}"
 
 # %%
 x = torch.zeros(1, 32)
-x[0, :16] = torch.tensor([3.0, -1.2, 0.4, 0.0, 2.2, -3.0, 0.05, 1.0, -0.7, 0.25, 2.9, -2.4, 1.6, 0.9, -0.1, 0.6])
+x[0, :16] = torch.tensor([3.0, -1.2, 0.4, 0.0, 2.2, -3.0, 0.05, 1.0,
+                          -0.7, 0.25, 2.9, -2.4, 1.6, 0.9, -0.1, 0.6])
 x[0, 16] = 12.0
 t = NVFP4Quantizer(columnwise_usage=False).quantize(x)
 s_enc = np.float32(2688) / np.float32(12)
 decode = t._rowwise_scale_inv.float()[0, 0].item()
 encode = np.float32(1) / (np.float32(decode) * (np.float32(1) / s_enc))
 codes = numerics.unpack_fp4(t._rowwise_data)[0, :16]
-print(f"S = 2688/12 = {float(s_enc)!r}   block amax 3 · S/6 = {float(np.float32(3) * (s_enc * np.float32(1 / 6)))!r} "
+print(f"S = 2688/12 = {float(s_enc)!r}   "
+      f"block amax 3 · S/6 = {float(np.float32(3) * (s_enc * np.float32(1 / 6)))!r} "
       f"-> E4M3 {decode!r}   encode = {float(encode)!r}")
-print("first bytes:", [f"0x{b:02x}" for b in t._rowwise_data[0, :4].tolist()], "(low nibble = even element)")
-Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c), f"{numerics.E2M1_VALUES[int(c) & 7] * (-1 if int(c) & 8 else 1):g}", f"{d:.4g}"]
+print("first bytes:", [f"0x{b:02x}" for b in t._rowwise_data[0, :4].tolist()],
+      "(low nibble = even element)")
+Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c),
+        f"{numerics.E2M1_VALUES[int(c) & 7] * (-1 if int(c) & 8 else 1):g}", f"{d:.4g}"]
        for v, c, d in zip(x[0, :8].tolist(), codes[:8].tolist(), t.dequantize()[0, :8].tolist())],
       ["x", "x · encode", "code", "E2M1 value", "dequantized"])
 
@@ -183,14 +201,17 @@ Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c), f"{numerics.E2M1_VALUES[int(c) 
 
 # %%
 x = torch.zeros(1, 32)
-x[0, :16] = torch.tensor([3.0, 2.9, 2.6, 2.2, 1.9, 1.4, 1.1, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1, -0.7, -1.6, -2.5])
+x[0, :16] = torch.tensor([3.0, 2.9, 2.6, 2.2, 1.9, 1.4, 1.1, 0.8,
+                          0.6, 0.45, 0.3, 0.2, 0.1, -0.7, -1.6, -2.5])
 x[0, 16] = 12.0
 candidates = []
 for name, factor in (("map-to-4 (x1.5)", 1.5), ("map-to-6", 1.0)):
     s_enc = np.float32(256 * 6) / np.float32(12)
     base = np.float32(np.float32(3.0) / np.float32(6)) * s_enc
-    decode = float(torch.tensor(float(np.float32(base * np.float32(factor)))).to(torch.float8_e4m3fn).float())
-    values = numerics.e2m1_decode(numerics.e2m1_encode(torch.clamp(x[0, :16] * (1 / (decode / float(s_enc))), -6, 6)))
+    decode = float(torch.tensor(float(np.float32(base * np.float32(factor))))
+                   .to(torch.float8_e4m3fn).float())
+    values = numerics.e2m1_decode(numerics.e2m1_encode(
+        torch.clamp(x[0, :16] * (1 / (decode / float(s_enc))), -6, 6)))
     recon = values * decode * 12.0 / (6 * 256)
     fast = (values * decode - x[0, :16] * float(s_enc)).abs().sum().item()  # scaled domain, S = 128
     candidates.append([name, decode, " ".join(f"{v:g}" for v in values[:6].tolist()) + " …",
@@ -198,7 +219,8 @@ for name, factor in (("map-to-4 (x1.5)", 1.5), ("map-to-6", 1.0)):
 t4 = NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, columnwise_usage=False).quantize(x)
 stored = t4._quantizer.compact_scale_inv(t4, "rowwise").float()[0, 0].item()
 print("stored block scale:", stored, "->", next(c[0] for c in candidates if c[1] == stored), "wins")
-Table(candidates, ["candidate", "E4M3 scale", "E2M1 values (first 6)", "MAE over the block", "MAE, fast-math"])
+Table(candidates, ["candidate", "E4M3 scale", "E2M1 values (first 6)", "MAE over the block",
+                   "MAE, fast-math"])
 
 # %% [markdown]
 # ## 3. TE's scale layouts
@@ -216,22 +238,26 @@ Table(candidates, ["candidate", "E4M3 scale", "E2M1 values (first 6)", "MAE over
 # For a 96 × 160 input:
 
 # %%
-layouts = [("FP8 block 1x128", Float8BlockQuantizer(block_scaling_dim=1)), ("FP8 block 128x128", Float8BlockQuantizer()),
+layouts = [("FP8 block 1x128", Float8BlockQuantizer(block_scaling_dim=1)),
+           ("FP8 block 128x128", Float8BlockQuantizer()),
            ("MXFP8", MXFP8Quantizer()), ("NVFP4", NVFP4Quantizer())]
 x = torch.randn(96, 160)
 rows = []
 for name, q in layouts:
     t = q.quantize(x)
     for layout in ("rowwise", "columnwise"):
-        valid, buffer = q.compact_scale_inv(t, layout).shape, getattr(t, f"_{layout}_scale_inv").shape
+        valid, buffer = (q.compact_scale_inv(t, layout).shape,
+                         getattr(t, f"_{layout}_scale_inv").shape)
         rows.append([name, layout, " x ".join(map(str, valid)), " x ".join(map(str, buffer))])
 Table(rows, ["format", "layout", "valid scales (blocks)", "TE's buffer"], key_columns=2)
 
 # %%
 swizzled = MXFP8Quantizer(optimize_for_gemm=True).quantize(torch.randn(160, 288))
-examples = [(i, j, int(te_reference.swizzled_index(np.array(i), np.array(j), swizzled._rowwise_scale_inv.shape[1] // 4)))
+examples = [(i, j, int(te_reference.swizzled_index(np.array(i), np.array(j),
+                                                   swizzled._rowwise_scale_inv.shape[1] // 4)))
             for i, j in ((0, 0), (1, 0), (32, 0), (0, 1), (127, 3), (128, 0), (0, 4))]
-Table([[f"({i}, {j})", k] for i, j, k in examples], ["scale (row, column)", "byte offset, swizzled"],
+Table([[f"({i}, {j})", k] for i, j, k in examples],
+      ["scale (row, column)", "byte offset, swizzled"],
       title="cuBLAS tile layout: 32 rows of 16 bytes per 128 x 4 tile")
 
 # %% [markdown]
@@ -265,38 +291,53 @@ dq.update_scale()
 nan_block = torch.randn(1, 64)
 nan_block[0, 3] = float("nan")
 nan_row = nan_block[:, :32].clone()
-row_nvfp4, row_mxfp8 = NVFP4Quantizer(columnwise_usage=False), MXFP8Quantizer(columnwise_usage=False)  # one-row inputs
+row_nvfp4, row_mxfp8 = (NVFP4Quantizer(columnwise_usage=False),
+                        MXFP8Quantizer(columnwise_usage=False))  # one-row inputs
 checks = [
-    ("current-scaling scale = fp32 448 / amax (one rounding)", Float8CurrentScalingQuantizer().compute_scale(a)[1].item(), 162.13868713378906),
-    ("NVFP4 encode 1/(s·(1/S)): 0.33203125 -> code 3 (1.5)", numerics.unpack_fp4(row_nvfp4.quantize(y)._rowwise_data)[0, 17].item(), 3),
-    ("NVFP4 block with scale 0 encodes with FLT_MAX: 1e-6 -> code 7", numerics.unpack_fp4(row_nvfp4.quantize(z)._rowwise_data)[0, 16].item(), 7),
+    ("current-scaling scale = fp32 448 / amax (one rounding)",
+     Float8CurrentScalingQuantizer().compute_scale(a)[1].item(), 162.13868713378906),
+    ("NVFP4 encode 1/(s·(1/S)): 0.33203125 -> code 3 (1.5)",
+     numerics.unpack_fp4(row_nvfp4.quantize(y)._rowwise_data)[0, 17].item(), 3),
+    ("NVFP4 block with scale 0 encodes with FLT_MAX: 1e-6 -> code 7",
+     numerics.unpack_fp4(row_nvfp4.quantize(z)._rowwise_data)[0, 16].item(), 7),
     ("NVFP4 NaN element -> +6 (code 7), its block scale unchanged (kernel rule)",
      (numerics.unpack_fp4(row_nvfp4.quantize(nan_row)._rowwise_data)[0, 3].item(),
       torch.equal(row_nvfp4.quantize(nan_row)._rowwise_scale_inv.view(torch.uint8),
-                  row_nvfp4.quantize(torch.nan_to_num(nan_row, nan=0.0))._rowwise_scale_inv.view(torch.uint8))), (7, True)),
-    ("E2M1 of -0.0 is code 0 (reference; the kernel's cvt writes 8)", numerics.e2m1_encode(torch.tensor([-0.0])).item(), 0),
-    ("E2M1 of -0.1 (rounds to zero) is code 8, on both sides", numerics.e2m1_encode(torch.tensor([-0.1])).item(), 8),
+                  row_nvfp4.quantize(torch.nan_to_num(nan_row, nan=0.0))._rowwise_scale_inv
+                  .view(torch.uint8))),
+     (7, True)),
+    ("E2M1 of -0.0 is code 0 (reference; the kernel's cvt writes 8)",
+     numerics.e2m1_encode(torch.tensor([-0.0])).item(), 0),
+    ("E2M1 of -0.1 (rounds to zero) is code 8, on both sides",
+     numerics.e2m1_encode(torch.tensor([-0.1])).item(), 8),
     ("RHT on fp32 with rht_any_input_dtype=True: quantized, transform in fp32",
-     NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_any_input_dtype=True).quantize(torch.randn(32, 64)).dtype,
+     NVFP4Quantizer(with_rht=True, with_post_rht_amax=True, rht_any_input_dtype=True)
+     .quantize(torch.randn(32, 64)).dtype,
      torch.float32),
     ("4over6 fast-math error is opt-in, as TE's environment variable",
      NVFP4Quantizer(nvfp4_use_4over6=True).nvfp4_4over6_err_use_fast_math, False),
     ("delayed scaling keeps the scale when amax is inf", dq.scale.item(), 3.0),
     ("blockwise scale for an overflowing bf16 block = 1/bf16 max",
-     Float8BlockQuantizer(force_pow_2_scales=False).quantize(torch.full((1, 128), 1e-38, dtype=torch.bfloat16))._rowwise_scale_inv[0, 0].item(),
+     Float8BlockQuantizer(force_pow_2_scales=False)
+     .quantize(torch.full((1, 128), 1e-38, dtype=torch.bfloat16))._rowwise_scale_inv[0, 0].item(),
      torch.reciprocal(torch.tensor(torch.finfo(torch.bfloat16).max)).item()),
     ("MXFP8 column-wise: data (64, 96), scale buffer (4, 128) around (2, 96) blocks",
-     tuple(tuple(b.shape) for b in MXFP8Quantizer(rowwise_usage=False).quantize(torch.randn(64, 96)).inner_buffers().values()),
+     tuple(tuple(b.shape) for b in MXFP8Quantizer(rowwise_usage=False)
+           .quantize(torch.randn(64, 96)).inner_buffers().values()),
      ((64, 96), (4, 128))),
-    ("MXFP8: a NaN does not change its block's scale", row_mxfp8.quantize(nan_block)._rowwise_scale_inv[0, 0].item()
-     == row_mxfp8.quantize(torch.nan_to_num(nan_block, nan=0.0))._rowwise_scale_inv[0, 0].item(), True),
-    ("defaults are TE's: both usages, 128x128 blockwise", (MXFP8Quantizer().columnwise_usage, Float8BlockQuantizer().block_scaling_dim),
-     (True, 2)),
-    ("0-d tensors quantize (FP8 current)", tuple(Float8CurrentScalingQuantizer().quantize(torch.tensor(3.0)).dequantize().shape), ()),
+    ("MXFP8: a NaN does not change its block's scale",
+     row_mxfp8.quantize(nan_block)._rowwise_scale_inv[0, 0].item()
+     == row_mxfp8.quantize(torch.nan_to_num(nan_block, nan=0.0))._rowwise_scale_inv[0, 0].item(),
+     True),
+    ("defaults are TE's: both usages, 128x128 blockwise",
+     (MXFP8Quantizer().columnwise_usage, Float8BlockQuantizer().block_scaling_dim), (True, 2)),
+    ("0-d tensors quantize (FP8 current)",
+     tuple(Float8CurrentScalingQuantizer().quantize(torch.tensor(3.0)).dequantize().shape), ()),
     ("NVFP4 default RHT signs are TE's wgrad vector", NVFP4Quantizer().rht_sign_mask,
      numerics.sign_mask_from_signs(tuple(te_reference.WGRAD_SIGNS.astype(int)))),
 ]
-Table([[name, repr(got), got == want] for name, got, want in checks], ["TE's rule", "result", "as TE"])
+Table([[name, repr(got), got == want] for name, got, want in checks],
+      ["TE's rule", "result", "as TE"])
 
 # %% [markdown]
 # ## 5. What remains open

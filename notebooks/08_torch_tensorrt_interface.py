@@ -160,7 +160,8 @@ refitted = tetrt_support.refit_module_weights(from_module, new_llama.state_dict(
 fresh = tetrt_support.compile(new_llama, kwarg_inputs=ids)
 with torch.no_grad():
     new_ref = new_llama(**other)
-same_onnx = refitted.engine_0.engine_block.model_bytes == from_module.engine_0.engine_block.model_bytes
+same_onnx = (refitted.engine_0.engine_block.model_bytes
+             == from_module.engine_0.engine_block.model_bytes)
 print("blocks:", refitted.blocks_summary(), "| same ONNX model as before the refit:", same_onnx)
 print("refitted vs fresh compile of the new weights, max abs error < 1e-6:",
       max_abs_error(fresh(**other).logits, refitted(**other).logits) < 1e-6)
@@ -187,8 +188,10 @@ rope_compiled = tetrt_support.compile(rope_old, arg_inputs=(q, k))
 folded = rope_compiled.meta[FOLDED_KEY]
 print("folded from", folded.sources(), "into", folded.names)
 rope_refitted = tetrt_support.refit_module_weights(rope_compiled, rope_new)
-print("refitted vs the new eager RoPE, max abs error < 1e-5:", max_abs_error(rope_new(q, k), rope_refitted(q, k)) < 1e-5)
-print("refitted vs the old eager RoPE, max abs error > 0.1:", max_abs_error(rope_old(q, k), rope_refitted(q, k)) > 0.1)
+print("refitted vs the new eager RoPE, max abs error < 1e-5:",
+      max_abs_error(rope_new(q, k), rope_refitted(q, k)) < 1e-5)
+print("refitted vs the old eager RoPE, max abs error > 0.1:",
+      max_abs_error(rope_old(q, k), rope_refitted(q, k)) > 0.1)
 
 # %% [markdown]
 # Weights of another architecture are refused, naming the first key that differs:

@@ -27,6 +27,7 @@ check failed. A script, not a test: it needs a GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -425,39 +426,57 @@ def check_inline(report: dict[str, Any]) -> None:
     report["inline_fp8_current"] = rows
 
 
-def check_inline_decoder(report: dict[str, Any]) -> None:
-    """A whole tiny decoder converted to fp8_current and compiled (inductor, aot_eager) with
-    the inline step, against the custom ops run eagerly: the loss and each parameter's
-    gradient norm (the inline step is not trusted on CUDA until this matches: on an H200
-    every converted weight's gradient once came out 0.0; ``quant/inline_linear.py``)."""
+def inline_decoder_runs(device: str = "cuda") -> dict[str, Any]:
+    """A whole tiny decoder converted to fp8_current, through the inline step (eager,
+    aot_eager, inductor; and aot_eager with SDPA's math kernel) and the custom ops (eager,
+    inductor), against the custom ops run eagerly: the loss and each parameter's gradient
+    norm. The inline step is not trusted on CUDA until this matches (on an H200 every
+    converted weight's gradient once came out 0.0; ``quant/inline_linear.py``). ``device``
+    lets the same runs be made on the CPU."""
     import copy
     import warnings
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from tetrt_support.quant import convert_to_quantized_training
     from tetrt_support.zoo.decoder import Decoder, decoder_config
 
     warnings.filterwarnings("ignore", message=r"quant\.Linear\(compile_as='inline'\)")
     config = decoder_config("tiny", layers=1, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=1024)
-    base = Decoder(config, seed=0, device="cuda", dtype=torch.bfloat16)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    ids, labels = (torch.randint(0, config.vocab, (2, 256), device="cuda", generator=g) for _ in range(2))
+    base = Decoder(config, seed=0, device=device, dtype=torch.bfloat16)
+    g = torch.Generator(device=device).manual_seed(0)
+    ids, labels = (torch.randint(0, config.vocab, (2, 256), device=device, generator=g) for _ in range(2))
     runs: dict[str, Any] = {}
-    for name, compile_as, backend in (("custom_ops eager", "custom_ops", None), ("inline aot_eager", "inline", "aot_eager"),
-                                      ("inline inductor", "inline", "inductor")):
+    plans = (("custom_ops eager", "custom_ops", None, False), ("custom_ops inductor", "custom_ops", "inductor", False),
+             ("inline eager", "inline", None, False), ("inline aot_eager", "inline", "aot_eager", False),
+             ("inline aot_eager, math sdpa", "inline", "aot_eager", True), ("inline inductor", "inline", "inductor", False))
+    for name, compile_as, backend, math_sdpa in plans:
         torch._dynamo.reset()
         model = copy.deepcopy(base)
         convert_to_quantized_training(model, "fp8_current", module_filter_fn=lambda m, fqn: fqn != "lm_head",
                                       compile_as=compile_as)
-        loss = (torch.compile(model, backend=backend) if backend else model)(ids, labels)
-        loss.backward()
+        try:
+            with sdpa_kernel(SDPBackend.MATH) if math_sdpa else contextlib.nullcontext():
+                loss = (torch.compile(model, backend=backend) if backend else model)(ids, labels)
+                loss.backward()
+        except Exception as e:  # noqa: BLE001 - record the failure, run the others
+            runs[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+            continue
         runs[name] = {"loss": loss.item(), "grad_norms": {n: (None if p.grad is None else p.grad.float().norm().item())
                                                           for n, p in model.named_parameters()}}
     reference = runs["custom_ops eager"]["grad_norms"]
     for name, run in runs.items():
+        if "grad_norms" not in run:
+            continue
         run["zero_or_missing_grads"] = [n for n, v in run["grad_norms"].items() if not v]
-        run["max_rel_norm_diff"] = max(abs(v - reference[n]) / reference[n] for n, v in run["grad_norms"].items()
-                                       if v and reference[n])
-    report["inline_fp8_current_decoder"] = runs
+        run["max_rel_norm_diff"] = max((abs(v - reference[n]) / reference[n] for n, v in run["grad_norms"].items()
+                                        if v and reference[n]), default=None)
+    return runs
+
+
+def check_inline_decoder(report: dict[str, Any]) -> None:
+    """:func:`inline_decoder_runs` on the GPU."""
+    report["inline_fp8_current_decoder"] = inline_decoder_runs("cuda")
 
 
 def time_kernels(report: dict[str, Any]) -> None:
@@ -534,6 +553,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline,inline_decoder")
+    parser.add_argument("--only", default="", help="comma-separated parts to run (default: every part not skipped)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device", file=sys.stderr)
@@ -561,7 +581,7 @@ def main() -> int:
                      ("gemms", lambda: check_gemms(report)), ("times", lambda: time_kernels(report)),
                      ("compile", lambda: check_compile(report)), ("inline", lambda: check_inline(report)),
                      ("inline_decoder", lambda: check_inline_decoder(report))):
-        if part in skip:
+        if part in skip or (args.only and part not in args.only.split(",")):
             continue
         t0 = time.perf_counter()
         print(f"gpu_check: {part} ...", flush=True)

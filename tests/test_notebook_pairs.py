@@ -4,7 +4,8 @@ Each notebook's py:percent source and its .ipynb hold the same cells (jupytext's
 comparison), jupytext's configuration pairs them (so saving either in Lab writes both),
 the .ipynb records the kernel Lab would record (so opening it leaves the file untouched),
 the stored errors are short and free of machine paths, every stored line fits the page
-(``OUTPUT_WIDTH``) and every table is an HTML table with its text twin.
+(``OUTPUT_WIDTH``), every line of code does too (``CODE_WIDTH``) and every table is an HTML
+table with its text twin.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The dashed rule under a text table's headers (two or more columns): what a Table's text
 # twin, tabulate or a hand-made table prints. Stored as text, it renders as monospace.
 TEXT_TABLE_RULE = re.compile(r"^ *-+(?: {2,}-+)+ *$", re.MULTILINE)
+# The widest line of code a notebook's code cell may hold: the rendered site shows cells at
+# this width, and a longer line scrolls sideways.
+CODE_WIDTH = 100
+# A stored error's header and failing line as IPython prints them ("Cell In[7], line 2", then
+# "----> 2 <the line>", which setup() cuts with "…" to fit the page).
+ERROR_CELL_LINE = re.compile(r"^Cell In\[(\d+)\], line (\d+)")
+ERROR_ARROW_LINE = re.compile(r"^-+> (\d+) (.*?)…?$", re.MULTILINE)
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|home|root|tmp|usr|opt|var)/[\w.-]+|site-packages|ipykernel_\d+")
 
 
@@ -108,6 +116,43 @@ def test_every_stored_output_line_fits_the_page(ipynb: pathlib.Path) -> None:
         f"{len(problems)} stored line(s) wider than {OUTPUT_WIDTH} characters:\n" + "\n".join(problems[:15])
         + "\n(display tables as tetrt_support.report.Table, which fits them to the page; shorten or"
         " break printed lines; errors are wrapped by tetrt_support.notebook.setup(); then regenerate)")
+
+
+def _lines_its_error_quotes(cell: dict) -> set[int]:
+    """Numbers (from 1) of the lines of a code cell that its own stored error shows as the
+    failing line. Rewrapping one would leave the stored traceback quoting a line the source no
+    longer has, so such a line stays as it ran until the notebook is regenerated."""
+    quoted = set()
+    for output in cell.get("outputs", []):
+        if output["output_type"] != "error":
+            continue
+        text = ANSI.sub("", "\n".join(output["traceback"]))
+        header = ERROR_CELL_LINE.match(text)
+        if header is None or int(header.group(1)) != cell.get("execution_count"):
+            continue
+        lines = _text(cell["source"]).splitlines()
+        for arrow in ERROR_ARROW_LINE.finditer(text):
+            number = int(arrow.group(1))
+            shown = lines[number - 1] if 0 < number <= len(lines) else None
+            if number == int(header.group(2)) and shown is not None and shown.startswith(arrow.group(2)):
+                quoted.add(number)
+    return quoted
+
+
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_every_code_line_fits_the_page(ipynb: pathlib.Path) -> None:
+    problems = []
+    for number, cell in enumerate(json.loads(ipynb.read_text())["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        exempt = _lines_its_error_quotes(cell)
+        for line_number, line in enumerate(_text(cell["source"]).splitlines(), start=1):
+            if len(line) > CODE_WIDTH and line_number not in exempt:
+                problems.append(f"{ipynb.name} cell {number} line {line_number}: {len(line)} characters: {line[:60]}...")
+    assert not problems, (
+        f"{len(problems)} line(s) of code wider than {CODE_WIDTH} characters:\n" + "\n".join(problems[:15])
+        + f"\n(break them inside brackets in {ipynb.with_suffix('.py').name}, then"
+        f" jupytext --sync notebooks/{ipynb.with_suffix('.py').name})")
 
 
 @pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=lambda p: p.stem[:2])

@@ -103,7 +103,7 @@ def test_pickle_format_loads_in_a_fresh_process_with_its_engines(tmp_path: Path)
     torch.save(other, tmp_path / "inputs.pt")
     _load_in_fresh_process(
         tmp_path / "m.pkl", tmp_path / "inputs.pt", tmp_path / "out.pt",
-        f"import tetrt_support\nmodule = tetrt_support.load({str(tmp_path / 'm.pkl')!r})\n"
+        f"import tetrt_support\nmodule = tetrt_support.load({str(tmp_path / 'm.pkl')!r}, trusted=True)\n"
         f"assert type(module.get_submodule('engine_0')).__name__ == 'WeightsAsInputs'",
     )
     loaded = torch.load(tmp_path / "out.pt")

@@ -62,7 +62,7 @@ def test_ep_module_round_trip_keeps_signature(exported, tmp_path):
     model, ep = exported
     module = ep.module()
     save(module, tmp_path / "m.pt", output_format="pickle")
-    loaded = load(tmp_path / "m.pt")
+    loaded = load(tmp_path / "m.pt", trusted=True)
 
     assert isinstance(loaded.graph._codegen, _PyTreeCodeGen)
     assert type(loaded).__mro__[1] is type(module).__mro__[1]  # torch.export's _StatefulGraphModule
@@ -77,7 +77,7 @@ def test_ep_module_round_trip_keeps_signature(exported, tmp_path):
 def test_loaded_ep_module_still_checks_its_keywords(exported, tmp_path):
     _, ep = exported
     save(ep.module(), tmp_path / "m.pt", output_format="pickle")
-    loaded = load(tmp_path / "m.pt")
+    loaded = load(tmp_path / "m.pt", trusted=True)
     args, kwargs = _inputs()
     with pytest.raises(ValueError, match=r"kwarg keyword mismatch.*\['scale', 'mask'\]"):
         loaded(args[0], scale=kwargs["scale"], maks=kwargs["mask"])
@@ -96,7 +96,7 @@ def test_model_output_round_trip(tmp_path):
     ids = torch.tensor([[1, 2, 5]])
     ep = torch.export.export(Encoder(), (), {"input_ids": ids})
     save(ep.module(), tmp_path / "enc.pt", output_format="pickle")
-    out = load(tmp_path / "enc.pt")(input_ids=ids)
+    out = load(tmp_path / "enc.pt", trusted=True)(input_ids=ids)
     assert type(out) is BaseModelOutput
     assert_same_outputs(Encoder()(ids).hidden_states, out.hidden_states, rtol=1.3e-6)
 
@@ -110,7 +110,7 @@ def test_engine_blocks_round_trip(tmp_path):
     block = make_fx(lambda x: (x.relu(), x * 2), tracing_mode="symbolic")(x)
     holder = torch.nn.ModuleDict({e: get_engine(e).build(block, [x], [{0: "batch"}]) for e in ("eager", "onnxruntime")})
     save(holder, tmp_path / "blocks.pt", output_format="pickle")
-    loaded = load(tmp_path / "blocks.pt")
+    loaded = load(tmp_path / "blocks.pt", trusted=True)
     other = torch.randn(6, 4)
     for name in ("eager", "onnxruntime"):
         assert_same_outputs((other.relu(), other * 2), loaded[name](other), rtol=1.3e-6)
@@ -130,7 +130,7 @@ def test_signature_type_missing_at_load(tmp_path):
     finally:
         del sys.modules[source.__name__]
     with pytest.raises(MissingSignatureType, match="uses tetrt_vanishing_types.Point, which cannot be imported here"):
-        load(tmp_path / "p.pt")
+        load(tmp_path / "p.pt", trusted=True)
 
 
 def test_signature_type_defined_in_a_function_is_refused_at_save(tmp_path):
@@ -158,7 +158,7 @@ def test_dataclass_not_registered_at_load(tmp_path):
     node_def = pytree.SUPPORTED_NODES.pop(Stats)
     try:
         with pytest.raises(MissingSignatureType, match=r"Stats, which is not registered with torch.utils._pytree"):
-            load(tmp_path / "stats.pt")
+            load(tmp_path / "stats.pt", trusted=True)
     finally:
         pytree.SUPPORTED_NODES[Stats] = node_def
 
@@ -205,7 +205,7 @@ def test_compiled_module_round_trip(backend, tmp_path):
     ep = torch.export.export(model, (q,), {"k": k}, dynamic_shapes={"q": dims, "k": dims})
     compiled = tetrt_support.compile(ep, backend=backend)
     save(compiled, tmp_path / "compiled.pt", output_format="pickle")
-    loaded = load(tmp_path / "compiled.pt")
+    loaded = load(tmp_path / "compiled.pt", trusted=True)
 
     assert type(loaded).__mro__[1] is type(compiled).__mro__[1]  # CompiledModule, with its methods
     assert loaded.blocks_summary() == compiled.blocks_summary()
@@ -230,6 +230,6 @@ def test_plain_torch_save_of_a_compiled_module_retraces_it(tmp_path):
     assert type(plain.graph._codegen) is torch.fx.graph.CodeGen
 
     save(compiled, tmp_path / "kept.pt", output_format="pickle")
-    kept = load(tmp_path / "kept.pt")
+    kept = load(tmp_path / "kept.pt", trusted=True)
     assert hasattr(kept, "blocks_summary") and isinstance(kept.graph._codegen, _PyTreeCodeGen)
     assert_same_outputs(model(q, k=k), kept(q, k=k), rtol=1.3e-6)

@@ -37,6 +37,14 @@ def test_named_options_make_a_grid() -> None:
         plan("cpu", True, None, None, [WHOLE_STEP_GRAPH])
 
 
+def test_sizes_alone_pick_phases_of_the_plan() -> None:
+    phases = plan("cuda", False, ["8b_8192", "8b_2048"], None, None)
+    assert [p.case for p in phases] == ["8b_2048", "8b_8192"]  # the plan's order
+    assert phases[0] == model_step.PLAN[0]
+    with pytest.raises(ValueError, match="no phase of the plan"):
+        plan("cuda", False, ["tiny"], None, None)
+
+
 def test_missing_peers_leave_the_default_plan_not_a_named_grid() -> None:
     phases = plan("cuda", False, None, None, None)
     kept, skipped = model_step._available(phases, explicit=False)
@@ -92,3 +100,16 @@ def test_cpu_smoke_run_through_perf_writes_every_field(tmp_path: pathlib.Path) -
     assert variants["bf16_eager"]["losses"] == variants["bf16"]["losses"]  # aot_eager computes what eager does
     lines = model_step.summary(result)
     assert lines["default.tiny.fp8_current"].count(" ms") >= 1 and "vs bf16" in lines["default.tiny.fp8_current"]
+
+
+def test_merge_runs_keeps_each_case_of_its_own_run() -> None:
+    def part(case: str, wall: float) -> dict:
+        return {"benchmark": "model_step", "machine": {"wall": wall}, "setup": {"rounds": 8},
+                "suites": {"model_step": {"step": "s", "cases": {case: {"variants": {"bf16": {"median_ms": wall}}}}}}}
+
+    merged = model_step.merge_runs([part("8b_2048", 1.0), part("8b_8192", 2.0)])
+    assert merged["machine"] == {"wall": 1.0}
+    assert merged["suites"]["model_step"]["cases"]["8b_8192"]["variants"]["bf16"]["median_ms"] == 2.0
+    assert [r["cases"] for r in merged["runs"]] == [["8b_2048"], ["8b_8192"]]
+    with pytest.raises(ValueError, match="case '8b_2048' is in run 0 and run 1"):
+        model_step.merge_runs([part("8b_2048", 1.0), part("8b_2048", 2.0)])

@@ -5,8 +5,10 @@ build a block (``build``). :class:`ConfiguredEngine` answers both with the optio
 :class:`~tetrt_support.compiler.settings.CompilationSettings` applied around the real
 engine, so the passes stay as they are:
 
-- ``torch_executed_ops``: ``supports`` refuses those ops (Torch-TensorRT's
-  ``OpSupportTester`` checks the same set before its converter registry);
+- ``torch_executed_ops``: ``supports`` refuses those ops, and ops that decompose to
+  them (Torch-TensorRT's ``OpSupportTester`` checks the same set before its converter
+  registry, on a graph already decomposed to core ATen); :func:`warn_unmatched_executed_ops`
+  names an entry that matches nothing in the graph;
 - ``truncate_double``: a block with float64 inputs or weights is built as float32 and
   called through casts, float64 outputs cast back (Torch-TensorRT's
   ``repair_double_inputs`` puts the same casts around the engine in the parent graph);
@@ -63,6 +65,7 @@ __all__ = [
     "check_full_compilation",
     "lift_weights_to_inputs",
     "run_failed_builds_in_pytorch",
+    "warn_unmatched_executed_ops",
 ]
 
 #: Engines whose built artifact holds a copy of the block's weights (ONNX initializers,
@@ -274,7 +277,7 @@ class ConfiguredEngine(Engine):
         self.complex_dtypes = engine.complex_dtypes
 
     def supports(self, node: fx.Node) -> bool:
-        if node.op == "call_function" and self.settings.forces_to_pytorch(node.target):
+        if node.op == "call_function" and self.settings.forces_node_to_pytorch(node):
             return False
         if writes_in_place(node):  # a mutation left after functionalization runs in PyTorch
             return False
@@ -362,6 +365,33 @@ def run_failed_builds_in_pytorch(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule
                 recorded[new] = recorded.pop(name)
     gm.recompile()
     return gm
+
+
+def _call_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """The ``call_function`` nodes of ``gm`` and of its (not yet built) block graphs."""
+    found = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for name, child in gm.named_children():
+        if block_kind(name) is not None and isinstance(child, fx.GraphModule):
+            found += [n for n in child.graph.nodes if n.op == "call_function"]
+    return found
+
+
+def warn_unmatched_executed_ops(gm: fx.GraphModule, settings: CompilationSettings) -> None:
+    """Warn naming each ``torch_executed_ops`` entry that no op of the partitioned ``gm``
+    matches (by itself or by what it decomposes to): it forces nothing into PyTorch, which
+    is usually a name the graph does not use (e.g. an op of another overload)."""
+    if not settings.torch_executed_ops:
+        return
+    matched: set[Any] = set()
+    for node in _call_nodes(gm):
+        matched |= settings.matching_executed_ops(node)
+    unmatched = sorted(op_qualified_name(op) for op in settings.torch_executed_ops - matched)
+    for name in unmatched:
+        warnings.warn(
+            f"torch_executed_ops: {name} matches no op of the graph, before or after its "
+            f"decomposition to core ATen; it forces nothing into PyTorch",
+            stacklevel=3,
+        )
 
 
 def _source_line(node: fx.Node) -> str:

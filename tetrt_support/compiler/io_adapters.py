@@ -4,7 +4,8 @@ Inside, a lowered graph carries every complex value as a real tensor with a trai
 ``[..., 2]`` (real, imag) dimension. Outside, the user passes and receives complex
 tensors, exactly as with ``ep.module()``. So the compiled module gets:
 
-- a ``view_as_real`` right after each complex input (:func:`add_input_adapters`);
+- a ``view_as_real`` right after each complex input, a conjugate view resolved first
+  (:func:`add_input_adapters`);
 - a ``view_as_complex`` right before each output that was complex in the exported
   program AND is packed as real at that point (:func:`add_output_adapters`).
 
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 _VIEW_AS_REAL = torch.ops.aten.view_as_real.default
+_RESOLVE_CONJ = torch.ops.aten.resolve_conj.default
 _VIEW_AS_COMPLEX = torch.ops.aten.view_as_complex.default
 
 
@@ -51,7 +53,9 @@ def _complex_like(packed: Any, dtype: torch.dtype) -> Any:
 
 
 def add_input_adapters(gm: fx.GraphModule, complex_inputs: list[torch.dtype | None]) -> list[fx.Node]:
-    """Make each complex user input complex again at the placeholder: ``view_as_real`` after it.
+    """Make each complex user input complex again at the placeholder: ``view_as_real`` after
+    it (after ``resolve_conj``: a ``z.conj()`` input is a conjugate view, which
+    ``view_as_real`` refuses; a no-op for any other tensor).
 
     The placeholder keeps its name, so the exported codegen's parameter names still match.
     Returns the placeholders that became complex.
@@ -70,10 +74,12 @@ def add_input_adapters(gm: fx.GraphModule, complex_inputs: list[torch.dtype | No
             continue
         packed_val = ph.meta.get("val")
         with gm.graph.inserting_before(first_op):
-            unpack = gm.graph.call_function(_VIEW_AS_REAL, (ph,))
-        ph.replace_all_uses_with(unpack, delete_user_cb=lambda user: user is not unpack)
+            # a conjugate view (z.conj()) must be resolved first: view_as_real refuses it
+            resolved = gm.graph.call_function(_RESOLVE_CONJ, (ph,))
+            unpack = gm.graph.call_function(_VIEW_AS_REAL, (resolved,))
+        ph.replace_all_uses_with(unpack, delete_user_cb=lambda user: user is not resolved)
         unpack.meta["val"] = packed_val
-        ph.meta["val"] = _complex_like(packed_val, dtype)
+        ph.meta["val"] = resolved.meta["val"] = _complex_like(packed_val, dtype)
         ph.meta["tetrt_complex_input"] = dtype
         changed.append(ph)
     gm.recompile()

@@ -30,6 +30,7 @@ from tetrt_support.compiler.configured_engine import (
     ConfiguredEngine,
     check_full_compilation,
     run_failed_builds_in_pytorch,
+    warn_unmatched_executed_ops,
 )
 from tetrt_support.compiler.engines import ENGINE_NAMES, Engine, get_engine
 from tetrt_support.compiler.frontend import as_exported_program
@@ -140,7 +141,8 @@ def drop_guards_fn(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     The guard function checks the export's shape guards on the ORIGINAL inputs; once
     complex inputs are packed it would see ``[..., 2]`` tensors, and the lowering would
     have to treat an opaque Python call as a complex op. The compiled module checks its
-    inputs itself (:func:`check_inputs_first`), and the engines check shapes.
+    inputs itself, on the original inputs and against the same ``range_constraints``
+    (:func:`check_inputs_first`).
     """
     for node in list(gm.graph.nodes):
         if is_guards_call(node):
@@ -177,9 +179,12 @@ def return_complex_results_directly(gm: fx.GraphModule, ctx: CompileContext) -> 
 def partition_into_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     """``engine_i`` blocks for what the engine takes, ``fallback_j`` blocks for the rest;
     an engine block under ``min_block_size`` compute ops goes to PyTorch (ignored, as in
-    Torch-TensorRT, when ``require_full_compilation`` asks for everything in engines)."""
+    Torch-TensorRT, when ``require_full_compilation`` asks for everything in engines).
+    A ``torch_executed_ops`` entry that matches no op of the graph is named in a warning."""
     settings = ctx.settings
-    return partition(gm, ctx.engine, min_block_size=1 if settings.require_full_compilation else settings.min_block_size)
+    gm = partition(gm, ctx.engine, min_block_size=1 if settings.require_full_compilation else settings.min_block_size)
+    warn_unmatched_executed_ops(gm, settings)
+    return gm
 
 
 def _has_dynamic_shapes(gm: fx.GraphModule) -> bool:
@@ -264,8 +269,10 @@ def keep_exported_signature(gm: fx.GraphModule, ctx: CompileContext) -> fx.Graph
 
 
 def check_inputs_first(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
-    """:func:`~tetrt_support.compiler.input_check.add_input_check`, ahead of everything."""
-    add_input_check(gm, ctx.complex_inputs)
+    """:func:`~tetrt_support.compiler.input_check.add_input_check`, ahead of everything: each
+    input's kind, dtype, device, rank and dims (the program's ``range_constraints``), by name,
+    so that no engine ever sees an input it was not built for."""
+    add_input_check(gm, ctx.complex_inputs, ctx.exported_program)
     return gm
 
 

@@ -40,7 +40,7 @@ def as_pytorch(module: torch.nn.Module) -> torch.nn.Module:
                 setattr(twin, name, as_pytorch(child))
         return twin
     raise NotImplementedError(
-        f"{type(module).__name__} keeps no PyTorch graph of what it computes (a TensorRT engine "
-        f"block?); it cannot be re-exported. Save it with output_format='pickle'"
+        f"{type(module).__name__} keeps no PyTorch graph of what it computes (not an engine block "
+        f"of this package?); it cannot be re-exported. Save it with output_format='pickle'"
     )
 

@@ -21,10 +21,12 @@ block must find ALL the weights it was built with (recorded per block by the sam
 an engine that keeps its weights where refit cannot reach them (a TensorRT plan) raises,
 naming it.
 
-As in Torch-TensorRT, ``in_place=False`` (the default) refits a deep copy and returns it;
-``in_place=True`` refits ``compiled`` itself. Tensors are replaced, never written into:
-the compiled module shares its weights with the program it was compiled from, which must
-not change.
+Every new weight is checked (name, shape, dtype, device, and that it holds data: not meta,
+not fake) and packed before anything is replaced; a refit that raises leaves the module
+exactly as it was. As in Torch-TensorRT, ``in_place=False`` (the default) refits a deep
+copy and returns it; ``in_place=True`` refits ``compiled`` itself. Tensors are replaced,
+never written into: the compiled module shares its weights with the program it was
+compiled from, which must not change.
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ __all__ = [
     "BLOCK_WEIGHTS_KEY",
     "WEIGHTS_KEY",
     "ArchitectureMismatch",
+    "UnusableWeight",
     "record_refit_weights",
     "refit_module_weights",
 ]
 
-#: ``meta`` key: {name: (shape, dtype, persistent)} of the program's parameters and buffers
+#: ``meta`` key: {name: (shape, dtype, persistent, device)} of the program's parameters and buffers
 WEIGHTS_KEY = "tetrt_weights"
 #: ``meta`` key: {block name: names of the weights its graph reads}
 BLOCK_WEIGHTS_KEY = "tetrt_block_weights"
@@ -56,6 +59,11 @@ BLOCK_WEIGHTS_KEY = "tetrt_block_weights"
 
 class ArchitectureMismatch(ValueError):
     """The new weights do not belong to the architecture the module was compiled from."""
+
+
+class UnusableWeight(ArchitectureMismatch):
+    """A new weight of the right shape and dtype that the engines cannot compute with: it
+    holds no data (a meta or fake tensor) or lives on another device than the module's."""
 
 
 # --------------------------------------------------------------------------- recording (passes)
@@ -75,7 +83,10 @@ def record_refit_weights(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
     ones its graph reads, folded values included (before an engine replaces the graph)."""
     ep = ctx.exported_program
     non_persistent = set(ep.graph_signature.non_persistent_buffers)
-    known = {name: (tuple(t.shape), t.dtype, name not in non_persistent) for name, t in _program_weights(ep).items()}
+    known = {
+        name: (tuple(t.shape), t.dtype, name not in non_persistent, str(t.device))
+        for name, t in _program_weights(ep).items()
+    }
     folded = gm.meta.get(FOLDED_KEY)
     refitted = set(known) | set(folded.names if folded is not None else ())
     per_block: dict[str, list[str]] = {}
@@ -117,7 +128,7 @@ def _checked(compiled: torch.nn.Module, new_weights: Any) -> dict[str, torch.Ten
             f"{type(compiled).__name__} (it records no weights)"
         )
     given, complete = _weights_of(new_weights)
-    for name, (shape, dtype, persistent) in expected.items():
+    for name, (shape, dtype, persistent, *device) in expected.items():
         if name not in given:
             if not complete and not persistent:
                 continue  # a state dict leaves non-persistent buffers out: they keep their values
@@ -128,10 +139,29 @@ def _checked(compiled: torch.nn.Module, new_weights: Any) -> dict[str, torch.Ten
                 f"{name!r}: the compiled module has shape {list(shape)} and dtype {dtype}, "
                 f"the new weights have shape {list(value.shape)} and dtype {value.dtype}"
             )
+        _check_usable(name, value, device[0] if device else None)
     extra = next((name for name in given if name not in expected), None)
     if extra is not None:
         raise ArchitectureMismatch(f"the new weights have {extra!r}, which the compiled module's architecture does not")
     return given
+
+
+def _check_usable(name: str, value: torch.Tensor, device: str | None) -> None:
+    """Raise :class:`UnusableWeight` unless ``value`` holds data on ``device`` (the one the
+    program's weight was on; None for modules compiled before it was recorded)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if value.device.type == "meta" or is_fake(value):
+        kind = "a fake tensor" if is_fake(value) else "a tensor on the meta device"
+        raise UnusableWeight(
+            f"{name!r}: the new weight is {kind}, which holds no data; the engines would compute "
+            f"with whatever memory they find. Load the real weights first (e.g. load_state_dict(..., assign=True))"
+        )
+    if device is not None and str(value.device) != device:
+        raise UnusableWeight(
+            f"{name!r}: the compiled module computes on {device}, the new weight is on {value.device}; "
+            f"move it there first (.to({device!r}))"
+        )
 
 
 # --------------------------------------------------------------------------- applying them
@@ -189,7 +219,25 @@ def _weight_holders(module: torch.nn.Module, truncated: bool = False) -> list[tu
     return found
 
 
-def _refolded(folded: FoldedConstants | None, pack: _Packer) -> dict[str, torch.Tensor]:
+class _Journal:
+    """Every attribute a refit replaces, with what was there, so that a refit that fails
+    half-way puts the module back exactly as it was (the same tensor objects)."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[torch.nn.Module, str, str, Any]] = []
+
+    def replace(self, owner: torch.nn.Module, field: str, value: torch.Tensor) -> None:
+        where = "_parameters" if field in owner._parameters else "_buffers" if field in owner._buffers else "__dict__"
+        self._done.append((owner, field, where, getattr(owner, where).get(field, getattr(owner, field))))
+        replace_tensor_attribute(owner, field, value)
+
+    def undo(self) -> None:
+        for owner, field, where, old in reversed(self._done):
+            getattr(owner, where)[field] = old
+        self._done.clear()
+
+
+def _refolded(folded: FoldedConstants | None, pack: _Packer, journal: _Journal) -> dict[str, torch.Tensor]:
     """The folded values computed again with the new weights ``pack`` holds; the recipe keeps
     them (the same tensors the blocks get), so that a later refit from a partial state dict
     starts from these."""
@@ -199,11 +247,17 @@ def _refolded(folded: FoldedConstants | None, pack: _Packer) -> dict[str, torch.
     for source in folded.sources():
         if source in pack:
             owner, field = _owner(recipe, source)
-            replace_tensor_attribute(owner, field, pack(source, getattr(owner, field), False))
+            journal.replace(owner, field, pack(source, getattr(owner, field), False))
     return folded.evaluate()
 
 
-def _refit_block(name: str, block: torch.nn.Module, expected: list[str], pack: _Packer) -> None:
+Replacement = tuple[torch.nn.Module, str, torch.Tensor]
+
+
+def _plan_block(name: str, block: torch.nn.Module, expected: list[str], pack: _Packer) -> list[Replacement]:
+    """What the refit puts where in ``block`` (packing each new weight; nothing changes yet);
+    raises if the block was built with a weight it cannot reach."""
+    plan: list[Replacement] = []
     reached: set[str] = set()
     for root, weight, truncated in _weight_holders(block):
         if weight not in pack:
@@ -212,7 +266,7 @@ def _refit_block(name: str, block: torch.nn.Module, expected: list[str], pack: _
         current = getattr(owner, field)
         if not isinstance(current, torch.Tensor):
             continue
-        replace_tensor_attribute(owner, field, pack(weight, current, truncated))
+        plan.append((owner, field, pack(weight, current, truncated)))
         reached.add(weight)
     missing = [w for w in expected if w in pack and w not in reached]  # left-out buffers keep their values
     if missing:
@@ -221,6 +275,19 @@ def _refit_block(name: str, block: torch.nn.Module, expected: list[str], pack: _
             f"{f' and {len(missing) - 1} more weights' if len(missing) > 1 else ''}, but its engine keeps "
             f"them where refit cannot reach them; compile again with the new weights"
         )
+    return plan
+
+
+def _plan_graph(target: fx.GraphModule, pack: _Packer) -> list[Replacement]:
+    """The weights read by the compiled graph itself, outside any block."""
+    plan: list[Replacement] = []
+    for weight in dict.fromkeys(str(n.target) for n in target.graph.nodes if n.op == "get_attr"):
+        if weight in pack:
+            owner, field = _owner(target, weight)
+            current = getattr(owner, field)
+            if isinstance(current, torch.Tensor):
+                plan.append((owner, field, pack(weight, current, False)))
+    return plan
 
 
 def refit_module_weights(
@@ -234,22 +301,27 @@ def refit_module_weights(
     ``new_weights``: a state dict (non-persistent buffers may be left out and keep their
     values), an ``nn.Module`` or an ``ExportedProgram`` of the architecture the module was
     compiled from; the first name, shape or dtype that differs raises
-    :class:`ArchitectureMismatch`. Returns the refitted copy (``in_place=False``) or
-    ``compiled_module`` itself.
+    :class:`ArchitectureMismatch`, a weight without data (meta, fake) or on another device
+    :class:`UnusableWeight`. Everything is checked and packed before anything is replaced;
+    a refit that raises leaves ``compiled_module`` as it was, ``in_place`` or not. Returns
+    the refitted copy (``in_place=False``) or ``compiled_module`` itself.
     """
     pack = _Packer(dict(_checked(compiled_module, new_weights)))  # a copy: the caller's dict stays as passed
     target = compiled_module if in_place else copy.deepcopy(compiled_module)
     per_block = target.meta.get(BLOCK_WEIGHTS_KEY, {})
+    journal = _Journal()
     with torch.no_grad():
-        pack.weights.update(_refolded(target.meta.get(FOLDED_KEY), pack))
-        for name, block in target.named_children():
-            if block_kind(name) is not None:
-                _refit_block(name, block, per_block.get(name, []), pack)
-        # weights read by the compiled graph itself, outside any block
-        for weight in dict.fromkeys(str(n.target) for n in target.graph.nodes if n.op == "get_attr"):
-            if weight in pack:
-                owner, field = _owner(target, weight)
-                current = getattr(owner, field)
-                if isinstance(current, torch.Tensor):
-                    replace_tensor_attribute(owner, field, pack(weight, current, False))
+        try:
+            # the folded recipe must read the new weights to compute the new folded values
+            pack.weights.update(_refolded(target.meta.get(FOLDED_KEY), pack, journal))
+            plan: list[Replacement] = []
+            for name, block in target.named_children():
+                if block_kind(name) is not None:
+                    plan += _plan_block(name, block, per_block.get(name, []), pack)
+            plan += _plan_graph(target, pack)
+            for owner, field, value in plan:
+                journal.replace(owner, field, value)
+        except BaseException:
+            journal.undo()
+            raise
     return target

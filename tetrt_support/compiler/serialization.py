@@ -2,7 +2,8 @@
 
 ``output_format="exported_program"`` (the default, as in ``torch_tensorrt.save``)
 re-exports the module and writes it with ``torch.export.save``: any process reads it
-back with ``torch.export.load``; engine blocks are kept as the ATen graphs they were
+back with ``torch.export.load``, or with :func:`load`, which runs no code from the file
+(:mod:`tetrt_support.compiler.safe_pt2`); engine blocks are kept as the ATen graphs they were
 built from (:mod:`tetrt_support.compiler.pytorch_twin`). ``output_format="pickle"``
 keeps the module itself, engines included, and is the rest of this docstring.
 
@@ -32,8 +33,9 @@ of its inputs (its pre-hook: positional/keyword split, keyword names), but no lo
 their shapes against the export's ranges (those checks read the dropped fake values);
 a wrong shape fails inside the graph instead.
 
-Trust: loading unpickles arbitrary objects (``torch.load(weights_only=False)``): it can
-run code chosen by whoever wrote the file. Load only files you trust, as with any pickle.
+Trust: loading the pickle format unpickles arbitrary objects (``torch.load(weights_only=False)``),
+which can run code chosen by whoever wrote the file, so :func:`load` reads it only with
+``trusted=True``.
 
 Output/input types of the signature (namedtuple, registered dataclass, ``ModelOutput``
 subclasses) are saved by reference: their classes must be importable, under the same
@@ -50,19 +52,31 @@ import importlib
 import io
 import os
 import pickle
+import pickletools
 import sys
 import types
 import warnings
+import zipfile
 from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.export.pt2_archive import constants as _pt2_constants
 
+from tetrt_support.compiler.safe_pt2 import MARKER_FILE, SerializationError, read_exported_program
 from tetrt_support.complex.detect import GUARDS_FN, is_guards_call
 
-__all__ = ["FORMAT", "OUTPUT_FORMATS", "MissingSignatureType", "load", "save"]
+__all__ = [
+    "FORMAT",
+    "OUTPUT_FORMATS",
+    "MissingSignatureType",
+    "SerializationError",
+    "UntrustedPickle",
+    "load",
+    "save",
+]
 
 FORMAT = "tetrt_support.serialization/1"
 
@@ -75,6 +89,10 @@ _BUILTIN_CONTAINERS = (tuple, list, dict, OrderedDict, defaultdict, deque, type(
 
 class MissingSignatureType(ImportError):
     """A type named in a saved module's call signature cannot be found or is not registered."""
+
+
+class UntrustedPickle(SerializationError):
+    """A pickle-format file loaded without ``trusted=True``: unpickling it could run its code."""
 
 
 # ---------------------------------------------------------------------------- targets
@@ -326,11 +344,29 @@ class _PickleModule:
 
 # ---------------------------------------------------------------------------- public API
 OUTPUT_FORMATS = ("exported_program", "pickle")
-_EXPORT_ARCHIVE_MARK = "archive_format"  # a file every torch.export.save archive holds
+_FORMAT_FAMILY = FORMAT.rsplit("/", 1)[0] + "/"
 
 
 def _save_pickle(module: torch.nn.Module, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
     torch.save({"format": FORMAT, "module": module}, path, pickle_module=_PickleModule)
+
+
+def _loadable_example_inputs(program: torch.export.ExportedProgram) -> None:
+    """Keep the program's example inputs only if ``torch.load(weights_only=True)`` reads them."""
+    if program.example_inputs is None:
+        return
+    buffer = io.BytesIO()
+    try:
+        torch.save(program.example_inputs, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any failure: load() would refuse them
+        warnings.warn(
+            f"save(): the example inputs are not plain tensors that torch.load(weights_only=True) reads "
+            f"({type(error).__name__}); saved without them (ep.module() then skips its input guards)",
+            stacklevel=3,
+        )
+        program.example_inputs = None
 
 
 def _save_exported_program(
@@ -352,7 +388,8 @@ def _save_exported_program(
     twin = as_pytorch(module) if isinstance(module, fx.GraphModule) else module
     with torch.no_grad():
         program = torch.export.export(twin, args, dict(kwarg_inputs or {}), dynamic_shapes=dynamic_shapes, strict=False)
-    torch.export.save(program, path)
+    _loadable_example_inputs(program)
+    torch.export.save(program, path, extra_files={MARKER_FILE: FORMAT})
 
 
 def save(
@@ -388,35 +425,144 @@ def save(
         _save_exported_program(module, path, arg_inputs, kwarg_inputs, dynamic_shapes)
 
 
-def _is_exported_program_archive(path: str | os.PathLike[str] | io.BufferedIOBase) -> bool:
-    import zipfile
+# ---------------------------------------------------------------------------- load
+_PICKLE_STRINGS = {"BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BINUNICODE8", "BINSTRING", "SHORT_BINSTRING", "STRING"}
 
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _describe(path: Any) -> str:
+    return repr(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else f"<{type(path).__name__}>"
+
+
+def _open_archive(path: Any, where: str) -> tuple[zipfile.ZipFile, str, Any]:
+    """The file as a zip archive, the folder its records live in, and what to torch.load."""
     if isinstance(path, (str, os.PathLike)):
-        if not zipfile.is_zipfile(path):
-            return False
-        with zipfile.ZipFile(path) as archive:
-            return any(name.rsplit("/", 1)[-1] == _EXPORT_ARCHIVE_MARK for name in archive.namelist())
-    start = path.tell()
+        source = os.fspath(path)
+        if os.path.isdir(source):
+            raise SerializationError(f"{where} is a directory, not a tetrt_support file")
+        with open(source, "rb") as file:  # a missing file stays FileNotFoundError
+            head = file.read(4)
+    else:
+        source = io.BytesIO(path.read())  # from where the caller's file is now
+        head = source.getvalue()[:4]
+    if not head:
+        raise SerializationError(f"{where} is empty: not a tetrt_support file")
+    if head[:2] != b"PK":
+        raise SerializationError(f"{where}: not a tetrt_support file (not a zip archive: neither format can be in it)")
     try:
-        if not zipfile.is_zipfile(path):
-            return False
-        path.seek(start)
-        with zipfile.ZipFile(path) as archive:
-            return any(name.rsplit("/", 1)[-1] == _EXPORT_ARCHIVE_MARK for name in archive.namelist())
-    finally:
-        path.seek(start)
+        archive = zipfile.ZipFile(source)
+        names = archive.namelist()
+    except Exception as error:  # noqa: BLE001 - BadZipFile, OSError, struct/Unicode errors: all corruption
+        raise SerializationError(f"{where}: truncated or corrupt file ({type(error).__name__}: {_short(error)})") from None
+    root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
+    if not root or not all(name.startswith(root) for name in names):
+        archive.close()
+        raise SerializationError(f"{where}: not a tetrt_support file (a zip archive, but not one torch wrote)")
+    return archive, root, source
 
 
-def load(path: str | os.PathLike[str] | io.BufferedIOBase) -> torch.nn.Module | torch.export.ExportedProgram:
+def _pickle_format(archive: zipfile.ZipFile, root: str, where: str) -> str:
+    """The format string a pickle-format file starts with, read from its opcodes: nothing is unpickled."""
+    try:
+        data = archive.read(root + "data.pkl")
+        strings = []
+        for opcode, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if opcode.name in _PICKLE_STRINGS:
+                strings.append(arg)
+            if len(strings) == 2 or opcode.name == "STOP":
+                break
+    except Exception as error:  # noqa: BLE001 - a bad CRC, a truncated or garbled pickle
+        raise SerializationError(f"{where}: truncated or corrupt file ({type(error).__name__}: {_short(error)})") from None
+    if len(strings) < 2 or strings[0] != "format" or not isinstance(strings[1], str):
+        raise SerializationError(
+            f"{where}: not a tetrt_support file: it was not written by tetrt_support.compiler.serialization.save "
+            f"(a torch.save / pickle file of something else)"
+        )
+    return strings[1]
+
+
+def _check_format(found: str, where: str) -> None:
+    if found == FORMAT:
+        return
+    if found.startswith(_FORMAT_FAMILY):
+        raise SerializationError(f"{where}: written in format {found[:60]!r}; this tetrt_support reads {FORMAT!r}")
+    raise SerializationError(
+        f"{where}: not a tetrt_support file: it was not written by tetrt_support.compiler.serialization.save "
+        f"(found format {found[:60]!r})"
+    )
+
+
+def _load_trusted_pickle(archive: zipfile.ZipFile, source: Any, where: str) -> torch.nn.Module:
+    try:
+        bad = archive.testzip()  # every record's CRC, before anything is unpickled
+    except Exception as error:  # noqa: BLE001 - a damaged header: corruption like a bad CRC
+        raise SerializationError(f"{where}: truncated or corrupt file ({type(error).__name__}: {_short(error)})") from None
+    if bad is not None:
+        raise SerializationError(f"{where}: truncated or corrupt file (record {bad} fails its CRC check)")
+    if not isinstance(source, str):
+        source.seek(0)
+    try:
+        payload = torch.load(source, weights_only=False)
+    except (MissingSignatureType, SerializationError):
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever a damaged pickle raises: one error class
+        raise SerializationError(
+            f"{where}: truncated or corrupt file, or one this process cannot rebuild ({type(error).__name__}: {_short(error)})"
+        ) from error
+    if not isinstance(payload, dict) or not isinstance(payload.get("format"), str):
+        raise SerializationError(f"{where}: not a tetrt_support file (its payload is a {type(payload).__name__})")
+    _check_format(payload["format"], where)
+    module = payload.get("module")
+    if not isinstance(module, torch.nn.Module):
+        raise SerializationError(f"{where}: truncated or corrupt file (it holds a {type(module).__name__}, not a module)")
+    return module
+
+
+def load(
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    *,
+    trusted: bool = False,
+    weights_only: bool | None = None,
+) -> torch.nn.Module | torch.export.ExportedProgram:
     """Read what :func:`save` wrote: an ``ExportedProgram`` (call ``.module()``) for the
     ``"exported_program"`` format, the module itself for ``"pickle"``.
 
-    The pickle format unpickles (``torch.load(weights_only=False)``): load only files you trust.
+    The exported-program format (and any ``torch.export.save`` archive) is read without
+    running code from the file (:mod:`~tetrt_support.compiler.safe_pt2`). The pickle format
+    unpickles arbitrary objects, so it loads only with ``trusted=True`` (alias:
+    ``weights_only=False``, as in ``torch.load``): pass it only for files you made or trust.
+    Anything else (another file, a damaged one, an unsafe archive) raises
+    :class:`SerializationError`.
     """
-    if _is_exported_program_archive(path):
-        return torch.export.load(path)
-    payload = torch.load(path, weights_only=False)
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(f"{path!r} was not written by tetrt_support.compiler.serialization.save (found {found!r})")
-    return payload["module"]
+    if weights_only is not None:
+        if trusted and weights_only:
+            raise TypeError("load(): trusted=True and weights_only=True contradict each other")
+        trusted = not weights_only
+    where = _describe(path)
+    archive, root, source = _open_archive(path, where)
+    with archive:
+        names = set(archive.namelist())
+        if root + _pt2_constants.ARCHIVE_FORMAT_PATH in names:
+            try:
+                return read_exported_program(archive, root, where, FORMAT)
+            except SerializationError:
+                raise
+            except Exception as error:  # noqa: BLE001 - torch's deserializer on a damaged file: one error class
+                raise SerializationError(
+                    f"{where}: truncated or corrupt exported program ({type(error).__name__}: {_short(error)})"
+                ) from error
+        if root + "data.pkl" not in names:
+            raise SerializationError(f"{where}: not a tetrt_support file (a zip archive, but neither format)")
+        _check_format(_pickle_format(archive, root, where), where)
+        if not trusted:
+            raise UntrustedPickle(
+                f"{where} is in tetrt_support's pickle format: loading it unpickles arbitrary objects, which runs "
+                f"code chosen by whoever wrote the file. Pass trusted=True only for a file you made yourself or "
+                f"trust; to share a model, save it with output_format='exported_program' (the default), which "
+                f"load() reads without running code from the file"
+            )
+        return _load_trusted_pickle(archive, source, where)

@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from tetrt_support.compiler.engines import ENGINE_NAMES
 from tetrt_support.complex.lower import STRATEGIES
@@ -32,6 +36,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "MIN_BLOCK_SIZE",
     "CompilationSettings",
+    "decomposed_ops",
     "op_qualified_name",
     "resolve_op",
     "settings_from_options",
@@ -98,7 +103,8 @@ class CompilationSettings:
     - ``min_block_size``: an engine block with fewer compute ops (call_function nodes
       other than ``getitem``, as Torch-TensorRT counts them) runs in PyTorch instead;
     - ``torch_executed_ops``: ops (overloads, or packets for all overloads) that always
-      run in PyTorch fallback blocks;
+      run in PyTorch fallback blocks, with every node whose op decomposes to one of them
+      (Torch-TensorRT matches them on a core-ATen graph); an entry that matches no node warns;
     - ``require_full_compilation``: raise, naming each op and its source line, if
       anything would run in a PyTorch fallback block;
     - ``pass_through_build_failures``: ``False``: an engine block that fails to build
@@ -151,6 +157,27 @@ class CompilationSettings:
         packet = getattr(target, "overloadpacket", None)
         return packet is not None and packet in self.torch_executed_ops
 
+    def forces_node_to_pytorch(self, node: fx.Node) -> bool:
+        """Whether ``torch_executed_ops`` names ``node``'s op or an op it decomposes to.
+
+        Torch-TensorRT matches its users' names against the graph after its core-ATen
+        decompositions (``aten.conv2d`` is ``aten.convolution`` there, ``aten.linear`` is
+        ``aten.t`` and ``aten.addmm`` or ``aten.mm``); the graph here keeps the composite
+        op, so a node runs in PyTorch if any op it decomposes to is named (:func:`decomposed_ops`).
+        """
+        return self.matching_executed_ops(node) != frozenset()
+
+    def matching_executed_ops(self, node: fx.Node) -> frozenset[Op]:
+        """The entries of ``torch_executed_ops`` that ``node`` matches (see :meth:`forces_node_to_pytorch`)."""
+        if not self.torch_executed_ops or node.op != "call_function":
+            return frozenset()
+        return frozenset(
+            entry
+            for target in (node.target, *decomposed_ops(node))
+            for entry in (target, getattr(target, "overloadpacket", None))
+            if entry is not None and entry in self.torch_executed_ops
+        )
+
 
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CompilationSettings))
 
@@ -171,6 +198,91 @@ def _normalize_ops(ops: Any) -> frozenset[Op]:
     if not isinstance(ops, Iterable):
         raise TypeError(f"torch_executed_ops takes a collection of ops, got {type(ops).__name__}")
     return frozenset(resolve_op(op) for op in ops)
+
+
+# --------------------------------------------------------------------------- decompositions
+@functools.cache
+def _core_aten_table() -> dict[Any, Any]:
+    """The core-ATen decompositions ``ExportedProgram.run_decompositions()`` applies."""
+    return dict(torch.export.default_decompositions().items())
+
+
+def _decomposes(target: Any) -> bool:
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target in _core_aten_table():
+        return True
+    return torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
+
+
+def _hint(value: Any) -> Any:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = value.node.hint
+        return hint if hint is not None else {torch.SymInt: 2, torch.SymFloat: 2.0, torch.SymBool: True}[type(value)]
+    return value
+
+
+def _on_meta(value: Any) -> Any:
+    """A node's recorded value as a meta tensor of its (hinted) sizes; other values hinted,
+    devices made ``meta`` (a factory op must not allocate for real)."""
+    if isinstance(value, torch.Tensor):
+        shape = [_hint(s) for s in value.shape]
+        return torch.empty(shape, dtype=value.dtype, device="meta")
+    if isinstance(value, torch.device):
+        return torch.device("meta")
+    return _hint(value)
+
+
+_DECOMPOSED: dict[Any, frozenset[Any]] = {}  # (op, argument signature) -> what it decomposes to
+_DECOMPOSED_MAX = 4096
+
+
+def decomposed_ops(node: fx.Node) -> frozenset[Any]:
+    """The ATen ops ``node``'s op decomposes to: both what tracing leaves of a composite
+    op (``aten.linear`` -> ``aten.t``, ``aten.addmm``) and the core-ATen ops of
+    ``run_decompositions()`` (``aten.t`` -> ``aten.permute``); empty for an op that does
+    not decompose, or whose recorded values cannot be traced."""
+    if node.op != "call_function" or not _decomposes(node.target):
+        return frozenset()
+    missing = object()
+    args, kwargs = fx.node.map_aggregate(
+        fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val", missing)), _on_meta
+    )
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if any(leaf is missing for leaf in leaves):
+        return frozenset()
+    signature = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x) for x in leaves)
+    key = (node.target, str(spec), signature)
+    found = _DECOMPOSED.get(key)
+    if found is None:
+        if len(_DECOMPOSED) >= _DECOMPOSED_MAX:  # a long run of new shapes: start over
+            _DECOMPOSED.clear()
+        found = _DECOMPOSED[key] = _trace_decompositions(node.target, leaves, spec)
+    return found
+
+
+def _trace_decompositions(target: Any, leaves: list[Any], spec: pytree.TreeSpec) -> frozenset[Any]:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+
+    def call(*given: torch.Tensor) -> Any:
+        filled = list(leaves)
+        for i, x in zip(tensors, given):
+            filled[i] = x
+        args, kwargs = pytree.tree_unflatten(filled, spec)
+        return target(*args, **kwargs)
+
+    found: set[Any] = set()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a decomposition's own deprecation notes are not the user's
+            for table in (None, _core_aten_table()):
+                traced = make_fx(call, decomposition_table=table)(*(leaves[i] for i in tensors))
+                found |= {n.target for n in traced.graph.nodes if n.op == "call_function"}
+    except Exception:  # noqa: BLE001 - no meta kernel, data-dependent sizes...: judged by its own op
+        return frozenset()
+    return frozenset(op for op in found if isinstance(op, torch._ops.OpOverload) and op is not target)
 
 
 def settings_from_options(options: Mapping[str, Any] | None = None, **overrides: Any) -> CompilationSettings:

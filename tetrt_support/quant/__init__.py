@@ -52,6 +52,21 @@ from tetrt_support.quant.convert import convert_to_quantized_training, unsupport
 from tetrt_support.quant.ops import flatten_quantized, linear_ops  # noqa: E402
 from tetrt_support.quant.recipes import RECIPES, Recipe, get_recipe  # noqa: E402
 
+
+def _allow_weights_only_load() -> None:
+    """``torch.load(weights_only=True)`` of quantized tensors: allow-list their classes, the
+    quantizers and the reconstructor, as TE does (``transformer_engine/pytorch/__init__.py``)."""
+    import torch
+
+    from tetrt_support.quant.base import _make_quantized_tensor_in_reduce_ex
+
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:  # torch >= 2.4
+        add_safe_globals([_make_quantized_tensor_in_reduce_ex, *ALL_QUANTIZERS, *(q.tensor_class for q in ALL_QUANTIZERS)])
+
+
+_allow_weights_only_load()
+
 __all__ = [
     "ALL_QUANTIZERS",
     "FAKE_IMPLS",

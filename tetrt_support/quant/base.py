@@ -289,6 +289,22 @@ class Quantizer(metaclass=_opaque_metaclass()):
             )
         object.__setattr__(self, name, value)
 
+    # -------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickle and deepcopy keep: the fields, never the derived state (rebuilt on
+        load) nor a stored process group (unpicklable; TE's quantizers' ``__getstate__``
+        drop it too, ``float8_tensor.py`` / ``nvfp4_tensor.py``)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_derived_") and k != "amax_reduction_group"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        frozen = state.get(_FROZEN_KEY)
+        for name, value in state.items():
+            if name != _FROZEN_KEY:
+                object.__setattr__(self, name, value)
+        self._rebuild_derived_state()
+        if frozen is not None:  # frozen last: the rebuild sets attributes
+            object.__setattr__(self, _FROZEN_KEY, frozen)
+
     def _rebuild_derived_state(self) -> None:
         """Recompute state derived from the value fields (hook; nothing by default).
 
@@ -365,6 +381,8 @@ def _mutated_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> lis
 
 aten = torch.ops.aten
 _HIGH_PRECISION = SUPPORTED_INPUT_DTYPES
+# One-byte float dtypes that __reduce_ex__ pickles as uint8 views.
+_BYTE_VIEWED = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu") if hasattr(torch, n))
 
 
 class QuantizedTensor(torch.Tensor):
@@ -422,6 +440,22 @@ class QuantizedTensor(torch.Tensor):
         x2d = self._quantizer._dequantize_2d(self, layout)
         return x2d.reshape(self.shape).to(dtype or self.dtype)
 
+    # ------------------------------------------------------------- pickling
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        """Pickle (``torch.save`` / ``pickle``) the inner buffers, the quantizer and the fake
+        dtype, as TE's tensors do (``Float8Tensor.__reduce_ex__`` and the module-level
+        ``_make_float8_tensor_in_reduce_ex``): the default would pickle the wrapper's
+        storage, which it does not have. FP8 buffers travel as uint8 views (TE keeps its FP8
+        bytes in uint8 tensors): torch's legacy storage pickling, which ``pickle.dumps``
+        uses, cannot load a float8 tensor ("'UntypedStorage' has no attribute 'dtype'").
+        ``copy.deepcopy`` takes torch's default (``clone`` + a deep copy of the attributes),
+        as in TE."""
+        del protocol
+        buffers = {name: (b.view(torch.uint8) if b.dtype in _BYTE_VIEWED else b, b.dtype)
+                   for name, b in self.inner_buffers().items()}
+        return (_make_quantized_tensor_in_reduce_ex,
+                (type(self), tuple(self.shape), self.dtype, self._quantizer, self.requires_grad, buffers))
+
     def inner_buffers(self) -> dict[str, torch.Tensor]:
         """The present inner buffers by name, in flatten order."""
         return {n: getattr(self, n) for n in self._FLATTEN_TENSOR_BUFFERS if getattr(self, n) is not None}
@@ -472,6 +506,16 @@ class QuantizedTensor(torch.Tensor):
         return func(*pytree.tree_map(unwrap, args), **pytree.tree_map(unwrap, kwargs))
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+def _make_quantized_tensor_in_reduce_ex(
+    cls: type[QuantizedTensor], shape: tuple[int, ...], dtype: torch.dtype, quantizer: Quantizer,
+    requires_grad: bool, buffers: dict[str, tuple[torch.Tensor, torch.dtype]],
+) -> QuantizedTensor:
+    """Rebuild a quantized tensor from its ``__reduce_ex__`` payload (a module-level function,
+    so the pickle names it with one global, as TE's reconstructors)."""
+    inner = {name: b if b.dtype == buf_dtype else b.view(buf_dtype) for name, (b, buf_dtype) in buffers.items()}
+    return cls(shape=torch.Size(shape), dtype=dtype, quantizer=quantizer, requires_grad=requires_grad, **inner)
 
 
 def _to_copy_keeps_quantized(kwargs: dict) -> bool:
@@ -556,7 +600,8 @@ class RowColumnQuantizer(Quantizer):
             out.update({layout_buffer_name(layout, part): buf for part, buf in parts.items()})
         return out
 
-    def _dequantize_2d(self, tensor: QuantizedTensor, layout: str | None = None) -> torch.Tensor:
+    def _layout_parts(self, tensor: QuantizedTensor, layout: str | None) -> tuple[str, dict[str, torch.Tensor]]:
+        """(layout, its parts with COMPACT scales) of ``tensor`` (layout None: the first present)."""
         present = [name for name in LAYOUTS if getattr(tensor, layout_buffer_name(name, "data")) is not None]
         if layout is None:
             if not present:
@@ -570,6 +615,10 @@ class RowColumnQuantizer(Quantizer):
             if layout_buffer_name(layout, part) in tensor._FLATTEN_TENSOR_BUFFERS
         }
         parts["scale_inv"] = self._load_scale_inv(parts["scale_inv"], parts["data"], layout)
+        return layout, parts
+
+    def _dequantize_2d(self, tensor: QuantizedTensor, layout: str | None = None) -> torch.Tensor:
+        layout, parts = self._layout_parts(tensor, layout)
         values = self._dequantize_layout(parts, layout)
         return values.t() if self._is_transposed(layout) else values
 

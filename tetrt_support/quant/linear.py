@@ -130,6 +130,24 @@ class Linear(torch.nn.Module):
         self._weight_templates = self._make_weight_templates()
         self._weight_cache = None
 
+    # -------------------------------------------------------------- pickling
+    #: derived from fake_impl and the quantizers, rebuilt on load: the custom ops (and the
+    #: torch.ops namespace they hold) cannot be pickled or deep-copied
+    _DERIVED = ("_ops", "_strategy", "_weight_templates")
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for name in self._DERIVED:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        cache, cache_columnwise, recipe = self._weight_cache, self._weight_cache_columnwise, self.recipe
+        self._strategy = get_strategy(self.fake_impl)
+        self._use_quantizers()  # the ops and the templates (it also drops the cache: restored)
+        self._weight_cache, self._weight_cache_columnwise, self.recipe = cache, cache_columnwise, recipe
+
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         result = super()._apply(fn, recurse)
         self._weight_templates = self._make_weight_templates()

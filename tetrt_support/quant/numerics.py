@@ -441,15 +441,35 @@ def _tile_row_sum(err: torch.Tensor, tile_rows: int) -> torch.Tensor:
 
 
 def nvfp4_dequantize(
-    packed: torch.Tensor, scale: torch.Tensor, global_amax: torch.Tensor, e4m3_max: float = 448.0
+    packed: torch.Tensor, scale: torch.Tensor, global_amax: torch.Tensor | None, e4m3_max: float = 448.0
 ) -> torch.Tensor:
     """fp32 values of NVFP4 codes as TE's dequantize kernel forms them:
     ``e2m1 * ((e4m3_scale * amax) * fp32(1 / (6 * e4m3_max)))``; ``global_amax`` one value
-    or one per row (row-scaled)."""
+    or one per row (row-scaled). An infinite amax (an inf in the input) makes every value
+    +-inf, or NaN for code 0, and so does ``e4m3_scale * amax`` overflowing (amax > ~7.6e35),
+    as in TE (``common/cast/nvfp4/dequantize_nvfp4.cuh``: ``final_scale = scale * amax *
+    factor_inv``). ``global_amax`` None: the block-scaled values ``e2m1 * e4m3_scale`` (exact
+    in fp32) without the per-tensor factor, what TE's GEMM multiplies (:func:`nvfp4_gemm_alpha`)."""
     values = e2m1_decode(unpack_fp4(packed))
+    if global_amax is None:
+        return values * expand_block_scales(scale.float(), 1, NVFP4_BLOCK, tuple(values.shape))
     factor = torch.reciprocal(torch.tensor(E2M1_MAX * e4m3_max, dtype=torch.float32, device=packed.device))
     block = (scale.float() * global_amax.float().reshape(-1, 1)) * factor
     return values * expand_block_scales(block, 1, NVFP4_BLOCK, tuple(values.shape))
+
+
+def nvfp4_gemm_alpha(
+    amax_a: torch.Tensor, amax_b: torch.Tensor, e4m3_max_a: float = 448.0, e4m3_max_b: float = 448.0
+) -> torch.Tensor:
+    """The per-tensor factor TE's NVFP4 GEMM applies to the fp32 product of the block-scaled
+    operands: ``amax_a * amax_b * fp32(1 / (6 * 6 * e4m3_max_a * e4m3_max_b))``, left to right
+    (``compute_nvfp4_per_tensor_scale_kernel``, ``common/recipe/nvfp4.cu``; cuBLAS's alpha).
+    A (1,) fp32 tensor; an infinite amax gives an infinite alpha, so an output is +-inf, or
+    NaN where the block-scaled product is 0."""
+    device = amax_a.device
+    factor_inv = torch.div(torch.ones(1, device=device),
+                           torch.tensor([E2M1_MAX * E2M1_MAX * e4m3_max_a * e4m3_max_b], device=device))
+    return (amax_a.float().reshape(1) * amax_b.float().reshape(1).to(device)) * factor_inv
 
 
 def sylvester_hadamard(n: int) -> torch.Tensor:
@@ -505,7 +525,7 @@ def apply_hadamard(x: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     n = matrix.shape[0]
     if x.shape[-1] % n:
         raise ValueError(f"apply_hadamard: last dim {x.shape[-1]} is not a multiple of {n}")
-    groups = x.double().reshape(*x.shape[:-1], -1, n)
+    groups = x.double().reshape(*x.shape[:-1], x.shape[-1] // n, n)  # no -1: x may be empty
     return (groups @ matrix.double().to(groups.device)).reshape(x.shape).float().to(x.dtype)
 
 
@@ -514,7 +534,8 @@ def flatten_2d(x: torch.Tensor) -> torch.Tensor:
     """(..., K) -> (M, K) with M the product of the leading dims; a 0-d x is one 1 x 1 row."""
     if x.dim() == 0:
         return x.reshape(1, 1)
-    return x.reshape(-1, x.shape[-1])
+    # Not reshape(-1, K): with K == 0 the -1 is ambiguous and raises, for (256, 0) as for (0, 0).
+    return x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
 
 
 def ceil_div(a: int, b: int) -> int:

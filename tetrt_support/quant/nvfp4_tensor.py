@@ -48,7 +48,10 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
 The quantized dim must be a multiple of 16 (K row-wise, M column-wise), as TE requires;
 column-wise data is stored transposed, (K, M/2), as TE stores it. Scale buffers are padded
 as TE allocates them (rows to 128, scale columns to 4; :mod:`tetrt_support.quant.scale_layouts`).
-A NaN element encodes as +6 and never raises an amax, as TE's kernels do.
+A NaN element encodes as +6 and never raises an amax, as TE's kernels do. An inf element
+makes the amax inf (S = 1); then, as in TE, the dequantized values are +-inf or NaN and a
+GEMM's alpha is inf (:func:`~tetrt_support.quant.numerics.nvfp4_dequantize`,
+:func:`~tetrt_support.quant.numerics.nvfp4_gemm_alpha`).
 """
 
 from __future__ import annotations
@@ -234,8 +237,18 @@ class NVFP4Quantizer(RowColumnQuantizer):
         compact = (rows, 2 * half_cols // BLOCK)
         return scale_layouts.load_microscales(buffer, compact, along_rows=False, swizzled=self.optimize_for_gemm)
 
-    def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str) -> torch.Tensor:
-        values = numerics.nvfp4_dequantize(parts["data"], parts["scale_inv"], parts["amax"], float(self.nvfp4_e4m3_max))
+    def gemm_operand(self, tensor: NVFP4Tensor, layout: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, amax) of ``tensor``'s ``layout``: the (M, K) values WITHOUT the per-tensor
+        factor (``e2m1 * e4m3``, the Hadamard rotation undone) and that layout's amax -- the
+        operand TE's GEMM multiplies and the amax its alpha is formed from
+        (:func:`~tetrt_support.quant.numerics.nvfp4_gemm_alpha`)."""
+        layout, parts = self._layout_parts(tensor, layout)
+        values = self._dequantize_layout(parts, layout, per_tensor=False)
+        return (values.t() if self._is_transposed(layout) else values), parts["amax"]
+
+    def _dequantize_layout(self, parts: dict[str, torch.Tensor], layout: str, *, per_tensor: bool = True) -> torch.Tensor:
+        amax = parts["amax"] if per_tensor else None
+        values = numerics.nvfp4_dequantize(parts["data"], parts["scale_inv"], amax, float(self.nvfp4_e4m3_max))
         if layout == "columnwise" and self.with_rht:
             matrix = numerics.random_hadamard_matrix(self.rht_sign_mask, device=values.device)
             values = numerics.apply_hadamard(values, matrix.t())

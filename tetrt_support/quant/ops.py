@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tetrt_support.quant import numerics
 from tetrt_support.quant.fake_impls import FakeImplStrategy, get_strategy
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ def quantized_matmul(
     transposes exact). Block-scaled formats
     (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
+    NVFP4 leaves its per-tensor factors out of the operands and applies them to the
+    product, as TE's alpha does (:func:`_nvfp4_matmul`).
     """
     from tetrt_support.quant.kernels.dispatch import fast_matmul  # the GPU's GEMMs; None -> the reference
 
@@ -177,9 +180,30 @@ def quantized_matmul(
         # more passes over the output (at 8192^2 as much traffic as quantizing an operand).
         return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=out_dtype,
                                 use_fast_accum=fast_accum)
+    nvfp4 = _nvfp4_matmul(a, b, transpose_a, transpose_b, layout_a, layout_b)
+    if nvfp4 is not None:
+        return nvfp4
     lhs = a.dequantize(torch.float32, layout=layout_a)
     rhs = b.dequantize(torch.float32, layout=layout_b)
     return (lhs.t() if transpose_a else lhs) @ (rhs.t() if transpose_b else rhs)
+
+
+def _nvfp4_matmul(a: QuantizedTensor, b: QuantizedTensor, transpose_a: bool, transpose_b: bool,
+                  layout_a: str | None, layout_b: str | None) -> torch.Tensor | None:
+    """Two NVFP4 operands as TE's GEMM takes them: the fp32 product of the block-scaled values,
+    then TE's alpha from the two per-tensor amaxes (an infinite amax: +-inf outputs, NaN
+    where the product is 0, as in TE -- not the NaN everywhere that multiplying dequantized
+    operands, 0 * inf in every row, would give). None for anything else (row-scaled amaxes:
+    TE's separate path)."""
+    from tetrt_support.quant.nvfp4_tensor import NVFP4Tensor
+
+    if not (isinstance(a, NVFP4Tensor) and isinstance(b, NVFP4Tensor)):
+        return None
+    (lhs, amax_a), (rhs, amax_b) = a._quantizer.gemm_operand(a, layout_a), b._quantizer.gemm_operand(b, layout_b)
+    if amax_a.numel() != 1 or amax_b.numel() != 1:
+        return None
+    alpha = numerics.nvfp4_gemm_alpha(amax_a, amax_b, float(a._quantizer.nvfp4_e4m3_max), float(b._quantizer.nvfp4_e4m3_max))
+    return ((lhs.t() if transpose_a else lhs) @ (rhs.t() if transpose_b else rhs)) * alpha
 
 
 # -------------------------------------------------------------------- op schemas

@@ -93,6 +93,20 @@ class Recipe:
             return self.name
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.options)})"
 
+    def __reduce__(self) -> tuple:
+        """Pickle a named recipe as ``get_recipe(name, **options)`` (its builders are lambdas,
+        which pickle cannot store), when that rebuilds it: the same quantizers and GEMM
+        settings. Any other Recipe pickles field by field (its builders must be picklable)."""
+        if self.name in _RECIPES:
+            try:
+                rebuilt = get_recipe(self.name, **dict(self.options))
+                same = rebuilt.gemms == self.gemms and rebuilt.quantizers() == self.quantizers()
+            except (TypeError, ValueError):
+                same = False
+            if same:
+                return (_recipe_from_options, (self.name, self.options))
+        return super().__reduce__()
+
 
 def _gemms(name: str, fprop: Any, dgrad: Any, wgrad: Any) -> tuple[MMParams, MMParams, MMParams]:
     for role, value in (("fp8_gemm_fprop", fprop), ("fp8_gemm_dgrad", dgrad), ("fp8_gemm_wgrad", wgrad)):
@@ -195,6 +209,11 @@ def get_recipe(name: str, **options: Any) -> Recipe:
     defaults = inspect.signature(factory).parameters
     changed = tuple(sorted((k, v) for k, v in options.items() if v != defaults[k].default))
     return dataclasses.replace(recipe, options=changed)
+
+
+def _recipe_from_options(name: str, options: tuple[tuple[str, Any], ...]) -> Recipe:
+    """Unpickle a named recipe (see :meth:`Recipe.__reduce__`)."""
+    return get_recipe(name, **dict(options))
 
 
 def as_recipe(recipe: str | Recipe) -> Recipe:

@@ -16,6 +16,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from tetrt_support.complex.detect import touches_complex
 
@@ -33,6 +34,8 @@ __all__ = [
     "dynamic_shapes_for_export",
     "is_int_input",
     "is_complex_work",
+    "keep_scalars_0d",
+    "scalar_outputs",
     "standalone_block",
 ]
 
@@ -155,6 +158,28 @@ def standalone_block(block: fx.GraphModule) -> fx.GraphModule:
     return fx.GraphModule(block, graph, class_name=type(block).__name__)
 
 
+def scalar_outputs(block: fx.GraphModule) -> list[bool]:
+    """Per flat output of ``block``: whether its recorded value is a 0-d tensor."""
+    leaves = pytree.tree_leaves(block.graph.output_node().args[0])
+    return [
+        isinstance(leaf, fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor) and leaf.meta["val"].dim() == 0
+        for leaf in leaves
+    ]
+
+
+def keep_scalars_0d(outputs: Any, scalars: list[bool]) -> Any:
+    """``outputs`` with each one-element tensor that should be 0-d (``scalars``) made 0-d
+    again: an engine that widens a scalar to shape ``(1,)`` must not change the block's shapes."""
+    leaves, spec = pytree.tree_flatten(outputs)
+    if len(leaves) != len(scalars):
+        return outputs
+    fixed = [
+        leaf.reshape(()) if zero_d and isinstance(leaf, torch.Tensor) and leaf.dim() == 1 and leaf.numel() == 1 else leaf
+        for leaf, zero_d in zip(leaves, scalars)
+    ]
+    return pytree.tree_unflatten(fixed, spec)
+
+
 def check_dynamic_dims(example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None) -> None:
     """One dict of dynamic dims (possibly empty) per block input, or none at all."""
     if dynamic_dims is not None and len(dynamic_dims) != len(example_inputs):
@@ -203,7 +228,9 @@ class Engine(abc.ABC):
     then the engine's own op-level answer, :meth:`supports_op` (the partitioner checks
     dtypes separately). ``build`` checks the block inputs the same way for every engine,
     then calls :meth:`build_block`, which returns a picklable module whose
-    ``forward(*flat_tensors)`` returns what the block returns, with the same structure.
+    ``forward(*flat_tensors)`` returns what the block returns, with the same structure
+    and shapes (a 0-d tensor stays 0-d), and whose ``as_pytorch()`` returns the ATen graph
+    it was built from (what a saved program runs in its place).
     """
 
     name: str
@@ -230,7 +257,13 @@ class Engine(abc.ABC):
         """A runnable module for ``block``; ``dynamic_dims[i]`` names input ``i``'s dynamic dims."""
         check_block_inputs(self.name, example_inputs)
         check_dynamic_dims(example_inputs, dynamic_dims)
-        return self.build_block(block, example_inputs, dynamic_dims)
+        built = self.build_block(block, example_inputs, dynamic_dims)
+        if not callable(getattr(built, "as_pytorch", None)):
+            raise TypeError(
+                f"{self.name} engine: build_block returned a {type(built).__name__} without as_pytorch(); "
+                f"every engine block keeps the graph it was built from"
+            )
+        return built
 
     @abc.abstractmethod
     def build_block(

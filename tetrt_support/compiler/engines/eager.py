@@ -24,6 +24,10 @@ class EagerBlock(torch.nn.Module):
     def forward(self, *inputs: torch.Tensor):
         return self.block(*inputs)
 
+    def as_pytorch(self) -> fx.GraphModule:
+        """The graph it runs (with the weights it computes with)."""
+        return self.block
+
 
 class EagerEngine(Engine):
     """Every ATen op runs in eager PyTorch, real or complex (the default ``supports``)."""

@@ -48,6 +48,10 @@ class InductorBlock(torch.nn.Module):
                 torch._dynamo.maybe_mark_dynamic(x, dim)
         return compiled(*inputs)
 
+    def as_pytorch(self) -> fx.GraphModule:
+        """The graph it compiles (with the weights it computes with)."""
+        return self.block
+
 
 class InductorEngine(Engine):
     """Inductor lowers what it can and falls back to the ATen kernel for the rest, so it

@@ -37,6 +37,7 @@ from tetrt_support.compiler.engines.base import (
     check_ints_stayed_symbolic,
     dynamic_shapes_for_export,
     is_int_input,
+    standalone_block,
 )
 from tetrt_support.compiler.engines.onnx_exact_ops import EXACT_DECOMPOSITIONS
 
@@ -164,7 +165,9 @@ def _to_numpy(x: torch.Tensor | int, index: int) -> np.ndarray:
         return np.asarray(x, dtype=np.int64)
     if x.is_complex() or x.dtype == torch.bfloat16:
         raise TypeError(f"onnxruntime engine: input {index} has dtype {x.dtype}, which numpy/ONNX Runtime cannot take")
-    return np.ascontiguousarray(x.detach().cpu().numpy())
+    array = x.detach().cpu().numpy()
+    # np.ascontiguousarray returns at least 1-d: a 0-d input would reach the session as (1,)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
 class OnnxRuntimeBlock(torch.nn.Module):
@@ -172,7 +175,9 @@ class OnnxRuntimeBlock(torch.nn.Module):
 
     ``output_spec`` is the pytree structure of the block's ``return``; each leaf is either
     a graph value (taken from the session's outputs, in order) or a literal kept as is
-    (``None``, a Python number).
+    (``None``, a Python number). ``graph_module`` is the block it was exported from, kept
+    for :meth:`as_pytorch` outside ``_modules``: the session computes with the weights
+    baked into its bytes, so ``state_dict``, ``to()`` and refit must not see the graph's.
     """
 
     def __init__(
@@ -181,8 +186,10 @@ class OnnxRuntimeBlock(torch.nn.Module):
         input_names: list[str],
         output_spec: pytree.TreeSpec,
         output_leaves: list[Any],
+        graph_module: fx.GraphModule | None = None,
     ) -> None:
         super().__init__()
+        self.__dict__["graph_module"] = graph_module
         self.model_bytes = model_bytes
         self.input_names = input_names
         self.output_spec = output_spec
@@ -221,6 +228,16 @@ class OnnxRuntimeBlock(torch.nn.Module):
         produced = iter(torch.from_numpy(np.asarray(r)).to(device) for r in results)
         leaves = [next(produced) if leaf is _FROM_SESSION else leaf for leaf in self.output_leaves]
         return pytree.tree_unflatten(leaves, self.output_spec)
+
+    def as_pytorch(self) -> fx.GraphModule:
+        """The ATen graph the ONNX model was exported from (traceable by torch.export)."""
+        graph = self.__dict__.get("graph_module")
+        if graph is None:  # a block pickled before blocks kept their graph
+            raise NotImplementedError(
+                "this OnnxRuntimeBlock was saved without the graph it was built from; compile the "
+                "model again to save it as an exported program"
+            )
+        return graph
 
 
 class _FromSession:
@@ -262,7 +279,8 @@ class OnnxRuntimeEngine(Engine):
     ) -> torch.nn.Module:
         spec, leaves = _output_structure(block)
         model_bytes = export_block_to_onnx(block, example_inputs, dynamic_dims)
-        built = OnnxRuntimeBlock(model_bytes, [f"input_{i}" for i in range(len(example_inputs))], spec, leaves)
+        names = [f"input_{i}" for i in range(len(example_inputs))]
+        built = OnnxRuntimeBlock(model_bytes, names, spec, leaves, standalone_block(block))
         n_outputs = len(built._session_and_feeds()[0].get_outputs())
         expected = sum(leaf is _FROM_SESSION for leaf in leaves)
         if n_outputs != expected:

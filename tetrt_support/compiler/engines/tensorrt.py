@@ -5,8 +5,9 @@ this project is built (its import needs an NVIDIA driver), so this code path was
 executed by this project's tests or notebooks. It is the code we expect to work on a
 machine with torch-tensorrt 2.14 and a GPU; ``onnxruntime`` is the engine that runs the
 same blocks on CPU. ``torch_tensorrt`` is imported inside the methods, never at import.
-The module ``build`` returns is torch_tensorrt's own compiled GraphModule; we expect it
-to pickle through torch_tensorrt's engine serialization, but that too was not run here.
+``build`` returns a :class:`TensorRTBlock` around torch_tensorrt's own compiled
+GraphModule; we expect that to pickle through torch_tensorrt's engine serialization, but
+that too was not run here. The block keeps the graph it was built from for a saved program.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tetrt_support.compiler.engines.base import DynamicDims, Engine, dynamic_shapes_for_export
+from tetrt_support.compiler.engines.base import (
+    DynamicDims,
+    Engine,
+    dynamic_shapes_for_export,
+    keep_scalars_0d,
+    scalar_outputs,
+    standalone_block,
+)
 from tetrt_support.optional import available
 
-__all__ = ["TensorRTEngine"]
+__all__ = ["TensorRTBlock", "TensorRTEngine"]
 
 
 def _import_torch_tensorrt() -> Any:
@@ -32,6 +40,28 @@ def _import_torch_tensorrt() -> Any:
             f"engine for a CPU engine without complex dtypes"
         ) from error
     return torch_tensorrt
+
+
+class TensorRTBlock(torch.nn.Module):
+    """torch_tensorrt's compiled module for one block, and the block's ATen graph.
+
+    The graph is kept outside ``_modules``: the TensorRT plan computes with the weights
+    built into it, so ``state_dict`` and refit must not see (or replace) the graph's.
+    A 0-d output that comes back as shape ``(1,)`` is made 0-d again.
+    """
+
+    def __init__(self, engine: torch.nn.Module, graph_module: fx.GraphModule) -> None:
+        super().__init__()
+        self.engine = engine
+        self.__dict__["graph_module"] = graph_module
+        self.scalar_outputs = scalar_outputs(graph_module)
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        return keep_scalars_0d(self.engine(*inputs), self.scalar_outputs)
+
+    def as_pytorch(self) -> fx.GraphModule:
+        """The ATen graph the engine was built from (traceable by torch.export)."""
+        return self.graph_module
 
 
 class TensorRTEngine(Engine):
@@ -79,10 +109,11 @@ class TensorRTEngine(Engine):
             trt_inputs.append(
                 torch_tensorrt.Input(min_shape=min_shape, opt_shape=tuple(x.shape), max_shape=max_shape, dtype=x.dtype)
             )
-        return torch_tensorrt.dynamo.compile(
+        compiled = torch_tensorrt.dynamo.compile(
             exported,
             arg_inputs=trt_inputs,
             enabled_precisions={torch.float32},
             min_block_size=1,
             require_full_compilation=True,
         )
+        return TensorRTBlock(compiled, standalone_block(block))

@@ -19,8 +19,7 @@ caller runs it; nothing here changes a result):
   blocks along the contraction dim and op(b)^T's do too (all three GEMMs of a Linear
   step), else the exact bf16 dequantization and a bf16 GEMM. MXFP8 and NVFP4: the
   emulated GEMMs of :mod:`.gemm`. Results equal the reference's up to the GEMM's
-  accumulation order (and, for NVFP4, the rounding of the per-tensor factors, which are
-  applied after the GEMM instead of to every element).
+  accumulation order (NVFP4: both apply TE's alpha to the product).
 """
 
 from __future__ import annotations
@@ -322,7 +321,7 @@ def _mxfp8_mm(pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) 
 
 
 def _nvfp4_mm(a: Any, b: Any, pa: tuple, pb: tuple, ta: bool, tb: bool, out_dtype: torch.dtype) -> torch.Tensor | None:
-    """Operands ``e2m1 * e4m3`` in bf16; ``(1 / S_a) (1 / S_b)`` after the GEMM. A column-wise
+    """Operands ``e2m1 * e4m3`` in bf16; TE's alpha after the GEMM. A column-wise
     copy is stored transposed, and when both copies carry the same Hadamard rotation along
     the contraction dim it cancels in the product (TE's wgrad), so it is not undone."""
     from tetrt_support.quant.kernels import gemm

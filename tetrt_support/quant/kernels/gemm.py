@@ -12,10 +12,12 @@ dgrad and wgrad GEMMs).
   an (rows, K/128) view with strides (1, rows); 128 x 128 scales of ``b`` as a
   (K/128, N/128) column-major view. ``torch._scaled_mm`` refuses block scales.
 - MXFP8 / NVFP4 have no Hopper GEMM: each operand is dequantized into bf16, which holds
-  the values exactly (MXFP8: ``fp8 * 2**e``; NVFP4: ``e2m1 * e4m3``, WITHOUT the per-tensor
-  ``1 / S``), and cuBLAS's bf16 GEMM accumulates in fp32. NVFP4's per-tensor factors
-  ``(1 / S_a) * (1 / S_b)`` multiply the fp32 product once, fused with the cast to bf16;
-  :func:`nvfp4_emulated_mm` forms them in that same kernel from the two global amaxes.
+  the values exactly (MXFP8: ``fp8 * 2**e``; NVFP4: ``e2m1 * e4m3``, WITHOUT the
+  per-tensor factor), and cuBLAS's bf16 GEMM accumulates in fp32. NVFP4's per-tensor
+  factor, TE's GEMM alpha ``amax_a * amax_b / (6 * 6 * 448 * 448)``
+  (:func:`~tetrt_support.quant.numerics.nvfp4_gemm_alpha`), multiplies the fp32 product
+  once, fused with the cast to bf16;
+  :func:`nvfp4_emulated_mm` forms it in that same kernel from the two global amaxes.
   :func:`emulated_reference_mm` is the same computation in float64 (the definition the
   fast path is checked against).
 """
@@ -27,7 +29,6 @@ import triton
 import triton.language as tl
 
 from tetrt_support.quant.kernels._common import bf16_bits, software_casts
-from tetrt_support.quant.kernels.nvfp4 import global_scales
 
 BLOCK = 128
 
@@ -119,9 +120,9 @@ def _nvfp4_scale_cast_kernel(x_ptr, amax_a_ptr, amax_b_ptr, out_ptr, n, SOFTWARE
                              BLOCK_SIZE: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
-    _, decode_a = global_scales(tl.load(amax_a_ptr))
-    _, decode_b = global_scales(tl.load(amax_b_ptr))
-    y = tl.load(x_ptr + offs, mask=mask, other=0.0) * (decode_a * decode_b)
+    # nvfp4_gemm_alpha's operations; the literal is fp32(1 / (6 * 6 * 448 * 448)) exactly, TE's factor_inv
+    alpha = (tl.load(amax_a_ptr) * tl.load(amax_b_ptr)) * 1.3840171675383317e-07
+    y = tl.load(x_ptr + offs, mask=mask, other=0.0) * alpha
     if SOFTWARE_BF16:  # out_ptr: an int16 view of the bf16 result
         tl.store(out_ptr + offs, bf16_bits(y), mask=mask)
     else:
@@ -133,10 +134,10 @@ def nvfp4_emulated_mm(
     out_dtype: torch.dtype = torch.bfloat16,
 ) -> torch.Tensor:
     """``emulated_mm(a, b, nvfp4_alpha(amax_a, amax_b))``, bit for bit, with the per-tensor
-    factors formed inside the multiply-and-cast pass from the two global amaxes.
+    factor formed inside the multiply-and-cast pass from the two global amaxes.
 
-    Why: :func:`nvfp4_alpha` in torch ops is 17 one-element kernels per GEMM (51 per
-    training step), each a launch of host time and a gap on the device."""
+    Why: :func:`nvfp4_alpha` in torch ops is several one-element kernels per GEMM, each a
+    launch of host time and a gap on the device."""
     from tetrt_support.quant.kernels import interpreting
 
     product = _mm_fp32(a, b.t())
@@ -153,10 +154,10 @@ def nvfp4_emulated_mm(
 
 
 def nvfp4_alpha(amax_a: torch.Tensor, amax_b: torch.Tensor) -> torch.Tensor:
-    """``fp32((1 / S_a) * (1 / S_b))``: NVFP4's per-tensor factors, one rounding each."""
-    from tetrt_support.quant.kernels.nvfp4 import decode_global
+    """TE's NVFP4 GEMM alpha for two 448-bounded operands (an infinite amax: an infinite alpha)."""
+    from tetrt_support.quant.numerics import nvfp4_gemm_alpha
 
-    return decode_global(amax_a) * decode_global(amax_b)
+    return nvfp4_gemm_alpha(amax_a, amax_b)
 
 
 def emulated_reference_mm(a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor | None = None) -> torch.Tensor:

@@ -8,8 +8,8 @@ column-wise one (the recipe on x^T: codes (K, M/2), scales (K, M/16)); 16 x 16 b
 (``block_rows=16``) share one amax per tile of 16 x 16.
 
 The emulated GEMM's operands are ``e2m1 * e4m3_scale`` in bf16: at most 2 x 4 significant
-bits, exactly representable; the per-tensor ``1 / S`` factors multiply the fp32 GEMM
-result (:mod:`.gemm`).
+bits, exactly representable; TE's per-tensor alpha multiplies the fp32 GEMM result
+(:mod:`.gemm`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""What loading a file from someone else may and may not do."""
