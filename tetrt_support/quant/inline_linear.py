@@ -11,12 +11,14 @@ package runs per call. The numerics are :mod:`~tetrt_support.quant.numerics` (th
 reference) and the GEMM calls are the custom ops' own, so both paths give the same bytes.
 
 Covered: FP8 current scaling (per-tensor scales, ``torch._scaled_mm``). Other recipes keep
-the custom ops. Not yet trusted on CUDA: on an H200 a single compiled layer matched the
-custom ops, but a whole compiled decoder (inductor and aot_eager alike) got zero weight
-gradients in every converted Linear, which no CPU run reproduces (``tests/quant/
-test_inline_linear.py`` checks the whole-model gradients on CPU). Until a CUDA run clears
-it, ``compile_as="auto"`` keeps the custom ops on CUDA and ``"inline"`` there warns. What is saved for backward is what TransformerEngine keeps: the input's
-and the weight's column-wise FP8 copies and their scales, not the high-precision tensors.
+the custom ops. Not trusted on CUDA: run eagerly there it equals the custom ops, and a single
+compiled layer did too, but a whole tiny decoder compiled with aot_eager or inductor gets
+zero gradients for every parameter inside its blocks (RMSNorm weights included, so the
+Linears' dgrads are zero, not only their wgrads), which no CPU run reproduces
+(``benchmarks/results/gpu_check_inline_decoder_cuda.json``; ``tests/quant/test_inline_linear.py``
+checks the same gradients on CPU). So ``compile_as="auto"`` keeps the custom ops on CUDA and
+``"inline"`` there warns. What is saved for backward is what TransformerEngine keeps: the
+input's and the weight's column-wise FP8 copies and their scales, not the high-precision tensors.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def warn_unverified(device: torch.device | str) -> None:
     """Warn that an explicit ``compile_as="inline"`` runs where the inline step is not verified."""
     warnings.warn(
         f"quant.Linear(compile_as='inline') on {torch.device(device).type}: the inline step is verified only on "
-        f"{', '.join(VERIFIED_DEVICE_TYPES)}; a whole compiled model on CUDA got zero weight gradients "
+        f"{', '.join(VERIFIED_DEVICE_TYPES)}; a whole compiled model on CUDA got zero gradients "
         "(tetrt_support.quant.inline_linear's docstring); compile_as='auto' uses the custom ops there",
         RuntimeWarning, stacklevel=3)
 

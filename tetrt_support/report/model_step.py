@@ -1,0 +1,98 @@
+"""Tables and claims of the whole-model training-step benchmark, for notebook 05.
+
+Reads ``model_step_<device>.json`` (:mod:`benchmarks.model_step`): a Llama-3-style decoder
+trained by ``torch.compile(model)`` in bf16, torchao's float8 and this project's recipes.
+As everywhere in :mod:`tetrt_support.report`, a claim is a ratio of two figures of one
+case of one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tetrt_support.report.tables import Table
+
+__all__ = ["LOSS_TOLERANCE", "case_label", "inline_decoder_lines", "model_step_claims", "model_step_table"]
+
+#: the issue's bar for the loss after the run: within 1 % of bf16's
+LOSS_TOLERANCE = 0.01
+_PEER = "torchao_float8_tensorwise"
+
+
+def _cases(result: Mapping[str, Any], suite: str) -> dict[str, Any]:
+    return {name: entry for name, entry in result["suites"].get(suite, {}).get("cases", {}).items()
+            if "variants" in entry}
+
+
+def case_label(entry: Mapping[str, Any]) -> str:
+    """``"4 layers, hidden 4096, FFN 14336, 2048 tokens"``: what a case trains."""
+    config = entry["config"]
+    return (f"{config['layers']} layers, hidden {config['hidden']}, FFN {config['ffn']}, "
+            f"{entry['tokens']} tokens")
+
+
+def model_step_table(result: Mapping[str, Any], case: str, suite: str = "model_step") -> Table:
+    """One case's variants: step ms, speed against bf16, host ms per step (one step issued
+    onto an idle GPU), peak memory, the first step's wall time (the compile) and the loss
+    after the run against bf16's."""
+    entry = _cases(result, suite)[case]
+    rows = []
+    for name, v in entry["variants"].items():
+        if "median_ms" not in v:
+            rows.append([name, "failed" if "error" in v else "-", "", "", "", "", ""])
+            continue
+        host, peak = v.get("host_ms_per_step"), v.get("peak_memory_gib")
+        loss = v.get("loss_rel_diff_vs_bf16")
+        rows.append([name, f"{v['median_ms']:.2f}", f"{v.get('speedup_vs_bf16', float('nan')):.3f}x",
+                     "" if host is None else f"{host:.1f}", "" if peak is None else f"{peak:.2f}",
+                     f"{v['first_step_s']:.0f}" if "first_step_s" in v else "",
+                     "" if loss is None else f"{100 * loss:+.2f}%"])
+    headers = ["variant", "step ms", "vs bf16", "host ms", "peak GiB", "1st step s", "loss vs bf16"]
+    return Table(rows, headers, title=f"{case}: {case_label(entry)}, {result['machine'].get('gpu', 'cpu')}")
+
+
+def model_step_claims(result: Mapping[str, Any], case: str, suite: str = "model_step") -> list[str]:
+    """One line per claim the notebook makes of a case, each from the file: which variants
+    are faster than bf16 and than torchao, whose host time exceeds torchao's, whose peak
+    memory exceeds bf16's, and whose loss after the run is more than 1 % from bf16's."""
+    variants = _cases(result, suite)[case]["variants"]
+    timed = {n: v for n, v in variants.items() if "median_ms" in v}
+    peer = timed.get(_PEER, {})
+    bf16 = timed.get("bf16", {})
+    lines = []
+    for name, v in timed.items():
+        if name in ("bf16", _PEER):
+            continue
+        parts = [f"{name}: {v['speedup_vs_bf16']:.3f}x bf16"]
+        if "speedup_vs_bf16" in peer:
+            parts.append(f"{v['speedup_vs_bf16'] / peer['speedup_vs_bf16']:.3f}x torchao's speed")
+        if v.get("host_ms_per_step") is not None and peer.get("host_ms_per_step"):
+            parts.append(f"host {v['host_ms_per_step'] / peer['host_ms_per_step']:.2f}x torchao's")
+        if v.get("peak_memory_gib") is not None and bf16.get("peak_memory_gib"):
+            parts.append(f"peak memory {v['peak_memory_gib'] / bf16['peak_memory_gib']:.3f}x bf16's")
+        loss = v.get("loss_rel_diff_vs_bf16")
+        if loss is not None:
+            verdict = "within" if abs(loss) <= LOSS_TOLERANCE else "OUTSIDE"
+            parts.append(f"loss {100 * loss:+.2f}% ({verdict} 1% of bf16's)")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def inline_decoder_lines(check: Mapping[str, Any]) -> list[str]:
+    """One line per way ``scripts/gpu_check.py --only inline_decoder`` ran a tiny converted
+    decoder: its loss, and the parameters whose gradient came out zero or missing, against
+    the custom ops run eagerly."""
+    runs = check.get("inline_fp8_current_decoder", {})
+    lines = []
+    for name, run in runs.items():
+        if "error" in run:
+            lines.append(f"{name}: failed ({run['error']})")
+            continue
+        zero = run.get("zero_or_missing_grads", [])
+        total = len(run.get("grad_norms", {}))
+        worst = run.get("max_rel_norm_diff")
+        lines.append(f"{name}: loss {run['loss']:.4f}; zero or missing gradients: {len(zero)} of {total} parameters"
+                     + (f" ({', '.join(z.rsplit('.', 2)[-2] for z in zero)})" if zero else "")
+                     + ("" if worst is None else f"; largest gradient-norm difference {worst:.4f}"))
+    return lines
