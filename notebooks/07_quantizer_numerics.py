@@ -278,6 +278,13 @@ NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(torch.randn(32, 
 # `rht_any_input_dtype=True` (a value field, so it is part of the quantizer's identity
 # under torch.compile) gives the reference's behaviour: the transform runs on the fp32
 # input and is rounded to fp32.
+#
+# The rules below, each checked against the value TE's rule gives, include NVFP4 at the
+# edges: an infinite amax makes TE's global encode scale 1
+# (`compute_global_encode_scaling_factor_FP4` in `common/cast/nvfp4/core_nvfp4.cuh`: "if
+# global amax is 0 or infinity, return 1") and its dequantize multiplies by that amax, so
+# one inf leaves nothing finite; a finite 3e38 overflows fp32 the same way
+# (`tests/quant/test_edge_inputs.py` holds the byte-level check).
 
 # %%
 a = torch.tensor([[2.7630667686462402]])
@@ -293,6 +300,8 @@ nan_block[0, 3] = float("nan")
 nan_row = nan_block[:, :32].clone()
 row_nvfp4, row_mxfp8 = (NVFP4Quantizer(columnwise_usage=False),
                         MXFP8Quantizer(columnwise_usage=False))  # one-row inputs
+one_inf = torch.randn(256, 256, generator=torch.Generator().manual_seed(3))
+one_inf[3, 5] = float("inf")
 checks = [
     ("current-scaling scale = fp32 448 / amax (one rounding)",
      Float8CurrentScalingQuantizer().compute_scale(a)[1].item(), 162.13868713378906),
@@ -306,6 +315,11 @@ checks = [
                   row_nvfp4.quantize(torch.nan_to_num(nan_row, nan=0.0))._rowwise_scale_inv
                   .view(torch.uint8))),
      (7, True)),
+    ("NVFP4, one inf in 256x256: global scale 1, nothing finite after dequantize",
+     NVFP4Quantizer().quantize(one_inf).dequantize(torch.float32).isfinite().any().item(), False),
+    ("NVFP4 of 3e38 everywhere dequantizes to +inf (448 * 3e38 overflows fp32)",
+     NVFP4Quantizer().quantize(torch.full((16, 16), 3e38)).dequantize(torch.float32)
+     .eq(float("inf")).all().item(), True),
     ("E2M1 of -0.0 is code 0 (reference; the kernel's cvt writes 8)",
      numerics.e2m1_encode(torch.tensor([-0.0])).item(), 0),
     ("E2M1 of -0.1 (rounds to zero) is code 8, on both sides",

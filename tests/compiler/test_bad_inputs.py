@@ -326,3 +326,45 @@ def test_a_refit_that_fails_half_way_puts_everything_back(monkeypatch: pytest.Mo
     # the recipe holds the old frequencies again: a refit that brings none recomputes the old planes
     assert_same_outputs(before, tetrt_support.refit_module_weights(module, {})(q, k), atol=1e-6)
     assert_same_outputs(new(q, k), tetrt_support.refit_module_weights(module, new, in_place=True)(q, k), atol=1e-5)
+
+
+# --------------------------------------------------------------------------- 5. engines without a backward
+class _HalfRelu(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 0.5
+
+
+def test_an_input_that_requires_grad_is_refused_by_an_engine_without_backward() -> None:
+    """ONNX Runtime computes forward only: in grad mode an input that requires grad would come
+    back with outputs cut off from autograd (ep.module() keeps the gradient), so it is refused
+    by name; under torch.no_grad() the same call runs."""
+    from tetrt_support.compiler.engines.base import NoBackwardError
+
+    x = torch.randn(2, 3)
+    module = tetrt_support.compile(_HalfRelu(), arg_inputs=(x,), backend="onnxruntime", min_block_size=1)
+    with pytest.raises(NoBackwardError, match=r"onnxruntime block input 'x' requires grad, but the onnxruntime engine "
+                       r"has no backward.*torch.no_grad\(\)"):
+        module(x.clone().requires_grad_())
+    with torch.no_grad():
+        out = module(x.clone().requires_grad_())
+    assert_same_outputs(_HalfRelu()(x), out)
+
+
+def test_engine_weights_are_constants_so_a_model_with_weights_runs_in_grad_mode() -> None:
+    """As in Torch-TensorRT, an engine's weights are constants: a compiled Linear called in
+    grad mode with an input that needs no gradient runs, and its output carries none."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).eval()
+    x = torch.randn(2, 4)
+    module = tetrt_support.compile(model, arg_inputs=(x,), backend="onnxruntime", min_block_size=1)
+    out = module(x)
+    assert out.grad_fn is None
+    assert_same_outputs(model(x).detach(), out)
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_engines_with_autograd_keep_the_gradient(backend: str) -> None:
+    x = torch.randn(2, 3, requires_grad=True)
+    module = tetrt_support.compile(_HalfRelu(), arg_inputs=(x.detach(),), backend=backend, min_block_size=1)
+    module(x).sum().backward()
+    torch.testing.assert_close(x.grad, (x.detach() > 0).float() * 0.5)

@@ -103,8 +103,16 @@ def test_module_without_example_inputs_or_program_with_inputs_raises() -> None:
     with pytest.raises(TypeError, match=r"without example inputs; pass arg_inputs=\(\.\.\.\)"):
         tetrt_support.compile(model)
     program = torch.export.export(model, (_x(),))
-    with pytest.raises(TypeError, match="got an ExportedProgram and arg_inputs"):
-        tetrt_support.compile(program, arg_inputs=(_x(),))
+    # Torch-TensorRT's compile(ep, inputs=...): inputs that agree with the program's are accepted
+    for spelling in ({"inputs": [_x(1)]}, {"arg_inputs": (_x(1),)}, {"arg_inputs": (_x(1),), "kwarg_inputs": {}}):
+        compiled = tetrt_support.compile(program, backend="eager", **spelling)
+        assert_same_outputs(model(_x(2)), compiled(_x(2)))
+    with pytest.raises(TypeError, match=r"input \[0\]\[0\] is torch.float64 .* but the program was exported with"):
+        tetrt_support.compile(program, arg_inputs=(_x().double(),))
+    with pytest.raises(TypeError, match="do not have the program's structure"):
+        tetrt_support.compile(program, arg_inputs=(_x(), _x()))
+    with pytest.raises(TypeError, match="got an ExportedProgram and dynamic_shapes"):
+        tetrt_support.compile(program, dynamic_shapes=({0: torch.export.Dim("b")},))
     with pytest.raises(TypeError, match="takes a torch.nn.Module .* or a torch.export.ExportedProgram, got function"):
         tetrt_support.compile(lambda x: x)
 
@@ -248,3 +256,12 @@ def test_truncate_double_runs_float64_engine_inputs_as_float32() -> None:
 def test_wrong_options_raise_naming_them_and_the_valid_choices(options, error, message) -> None:
     with pytest.raises(error, match=message):
         tetrt_support.compile(AllReal(), arg_inputs=(_x(),), **options)
+
+
+def test_ir_is_torch_tensorrts_dynamo_path() -> None:
+    program = torch.export.export(AllReal(), (_x(),))
+    assert tetrt_support.compile(program, ir="dynamo", backend="eager").blocks_summary()
+    with pytest.raises(ValueError, match=r"ir='torch_compile'.*torch.compile\(model, backend='tetrt'"):
+        tetrt_support.compile(program, ir="torch_compile")
+    with pytest.raises(ValueError, match="unknown ir 'ts'"):
+        tetrt_support.compile(program, ir="ts")

@@ -273,3 +273,100 @@ def test_decomposed_ops_of_composite_and_core_nodes() -> None:
     settings = CompilationSettings(torch_executed_ops={torch.ops.aten.addmm})
     linear = next(n for n in gm.graph.nodes if n.target is aten.linear.default)
     assert settings.matching_executed_ops(linear) == {torch.ops.aten.addmm}
+
+
+# --------------------------------------------------------------------------- random ops
+class _Noisy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (torch.relu(x) * 2 + torch.randn_like(x)) * 0.5
+
+
+class _Dropout(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(torch.relu(x) * 2, p=0.5, training=True) - 1
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("model", [_Noisy(), _Dropout()], ids=["randn_like", "dropout"])
+def test_a_model_with_a_random_op_compiles_with_default_settings(backend: str, model: torch.nn.Module) -> None:
+    """The whole-program check runs ep.module() and the compiled module from one generator
+    state (the caller's is left as it was); random ops stay in PyTorch, so under the same
+    torch.manual_seed the compiled module draws what the model draws."""
+    x = torch.randn(4, 8)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    compiled = tetrt_support.compile(model, arg_inputs=(x,), backend=backend, min_block_size=1)
+    assert torch.equal(torch.get_rng_state(), before)
+    random_ops = [b for b in compiled.blocks() if any("rand" in op or "dropout" in op or "bernoulli" in op
+                                                      for op in b.ops)]
+    assert random_ops and all(b.kind == "fallback" for b in random_ops)
+    torch.manual_seed(7)
+    expected = model(x)
+    torch.manual_seed(7)
+    assert_same_outputs(expected, compiled(x))
+
+
+# --------------------------------------------------------------------------- refit, as Torch-TensorRT spells it
+class _TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(6, 5), torch.nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+class _TwoLayersDoubled(_TwoLayers):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(x)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_refit_takes_torch_tensorrt_keywords_and_verifies_the_output(in_place: bool) -> None:
+    from tetrt_support.compiler.refit import RefitVerificationError
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6)
+    compiled = tetrt_support.compile(_TwoLayers().eval(), arg_inputs=(x,), min_block_size=1)
+    new = _TwoLayers().eval()
+    refitted = tetrt_support.refit_module_weights(compiled_module=compiled, new_weight_module=new, arg_inputs=(x,),
+                                                  verify_output=True, in_place=in_place)
+    assert (refitted is compiled) == in_place
+    with torch.no_grad():
+        assert_same_outputs(new(x), refitted(x))
+    # same weights, another computation: the verification names the difference, nothing changes
+    other = _TwoLayersDoubled().eval()
+    other.load_state_dict(_TwoLayers().state_dict())
+    before = {k: v.clone() for k, v in compiled.state_dict().items()}
+    with pytest.raises(RefitVerificationError, match="does not match new_weight_module on the given inputs"):
+        tetrt_support.refit_module_weights(compiled, new_weight_module=other, arg_inputs=(x,), verify_output=True,
+                                           in_place=True)
+    assert all(torch.equal(before[k], v) for k, v in compiled.state_dict().items())
+    with pytest.raises(TypeError, match="once, as new_weights or new_weight_module"):
+        tetrt_support.refit_module_weights(compiled, new.state_dict(), new_weight_module=new)
+    with pytest.raises(TypeError, match="needs arg_inputs"):
+        tetrt_support.refit_module_weights(compiled, new_weight_module=new, verify_output=True)
+
+
+# --------------------------------------------------------------------------- save, as Torch-TensorRT spells it
+def test_save_takes_inputs_or_none_for_a_static_module(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _TwoLayers().eval()
+    x = torch.randn(2, 6)
+    compiled = tetrt_support.compile(model, arg_inputs=(x,), min_block_size=1)
+    tetrt_support.save(compiled, tmp_path / "inputs.ep", inputs=[x])
+    tetrt_support.save(compiled, tmp_path / "none.ep")
+    for name in ("inputs.ep", "none.ep"):
+        with torch.no_grad():
+            assert_same_outputs(model(x), torch.export.load(tmp_path / name).module()(x))
+    with pytest.raises(TypeError, match="inputs is another name for arg_inputs"):
+        tetrt_support.save(compiled, tmp_path / "both.ep", inputs=[x], arg_inputs=(x,))
+
+
+def test_save_without_inputs_of_a_dynamic_module_asks_for_them(tmp_path: Path) -> None:
+    x = torch.randn(3, 6)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    compiled = tetrt_support.compile(_TwoLayers().eval(), arg_inputs=(x,), dynamic_shapes=({0: batch},),
+                                     min_block_size=1)
+    with pytest.raises(TypeError, match="compiled with dynamic dims; pass arg_inputs/kwarg_inputs and dynamic_shapes"):
+        tetrt_support.save(compiled, tmp_path / "m.ep")

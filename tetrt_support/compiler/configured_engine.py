@@ -165,7 +165,10 @@ class WeightsAsInputs(torch.nn.Module):
         return [_tensor_attr(self.weights, name) for name in self.weight_names]
 
     def forward(self, *inputs: torch.Tensor) -> Any:
-        return self.engine_block(*inputs, *self.weight_values())
+        weights = self.weight_values()
+        if not getattr(self.engine_block, "has_backward", True):  # weights are constants, as in TRT
+            weights = [w.detach() for w in weights]
+        return self.engine_block(*inputs, *weights)
 
     def as_pytorch(self) -> torch.nn.Module:
         """The same computation in PyTorch ops (traceable by torch.export)."""

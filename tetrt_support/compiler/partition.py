@@ -167,8 +167,36 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _argument(node: fx.Node, schema_arg: Any, position: int) -> Any:
+    if schema_arg.name in node.kwargs:
+        return node.kwargs[schema_arg.name]
+    if position < len(node.args):
+        return node.args[position]
+    return schema_arg.default_value if schema_arg.has_default_value() else None
+
+
+def draws_random_numbers(node: fx.Node) -> bool:
+    """An ATen op tagged ``nondeterministic_seeded`` (randn, rand, normal, bernoulli, ...)
+    that really draws here: a dropout (or attention) whose probability is 0, or whose
+    ``train`` flag is False, draws nothing."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    values = {a.name: _argument(node, a, i) for i, a in enumerate(target._schema.arguments)}
+    if values.get("train", values.get("training", True)) is False:
+        return False
+    probability = values.get("dropout_p", values.get("p"))
+    return not (target._schema.name.endswith(("dropout", "attention")) and probability == 0)
+
+
 class EngineSupport(OperatorSupportBase):
     """A node goes to the engine iff its values are all real and the engine runs the op.
+
+    Ops that draw random numbers stay in PyTorch: there they draw from torch's generator,
+    so a compiled module reproduces ``ep.module()`` under the same ``torch.manual_seed``
+    (an engine's own generator would draw other numbers) and can be checked against it.
 
     ``get_attr`` nodes (weights, lowered constants) follow their users, so that an engine
     block owns its weights instead of receiving them as inputs on every call.
@@ -185,7 +213,7 @@ class EngineSupport(OperatorSupportBase):
         if _is_size_arithmetic(node):  # b * s - 1 on sizes: computed where its (single) user is,
             # so that no engine block takes a plain int (a SymInt) as an input
             return bool(node.users) and all(self.is_node_supported(submodules, u) for u in node.users)
-        if not _is_aten_or_getitem(node):
+        if not _is_aten_or_getitem(node) or draws_random_numbers(node):
             return False
         if _is_symbolic_scalar(node):  # a size goes where its (single) user goes
             return bool(node.users) and all(self.is_node_supported(submodules, u) for u in node.users) and bool(

@@ -37,6 +37,7 @@ from tetrt_support.compiler.frontend import as_exported_program
 from tetrt_support.compiler.functionalize import functionalize_view_writes
 from tetrt_support.compiler.verify import check_engine_blocks, check_whole_program, keep_reference_blocks
 from tetrt_support.compiler.input_check import add_input_check
+from tetrt_support.compiler.serialization import DYNAMIC, EXAMPLE_INPUTS_KEY
 from tetrt_support.compiler.io_adapters import (
     add_input_adapters,
     add_output_adapters,
@@ -240,8 +241,23 @@ def build_engine_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModu
         block = gm.get_submodule(name)
         gm.meta.setdefault(BLOCK_OPS_KEY, {})[name] = block_ops(block)
         dims = _dynamic_dims(block) if dynamic else None
-        setattr(gm, name, ctx.engine.build(block, inputs, dims if dims and any(dims) else None))
+        built = ctx.engine.build(block, inputs, dims if dims and any(dims) else None)
+        _label_block_inputs(gm, name, built)
+        setattr(gm, name, built)
     return gm
+
+
+def _label_block_inputs(gm: fx.GraphModule, name: str, built: torch.nn.Module) -> None:
+    """Tell an engine block without a backward which of its inputs are the caller's own (by
+    their names), so that it refuses by name an input that requires grad. A value computed in
+    PyTorch before the block (from weights, say) is not checked: like the engine's weights,
+    it is a constant to the engine, as in Torch-TensorRT."""
+    target = getattr(built, "engine_block", built)  # through WeightsAsInputs
+    if getattr(target, "has_backward", True):
+        return
+    call = next(n for n in gm.graph.nodes if n.op == "call_module" and str(n.target) == name)
+    target.input_labels = [arg.name if isinstance(arg, fx.Node) and arg.op == "placeholder" else None
+                           for arg in call.args]
 
 
 def unpack_complex_outputs(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
@@ -282,6 +298,9 @@ def as_compiled_module(gm: fx.GraphModule, ctx: CompileContext) -> CompiledModul
     compiled = CompiledModule(gm, gm.graph, class_name="CompiledModule")
     compiled.meta[BLOCK_OPS_KEY] = dict(gm.meta.get(BLOCK_OPS_KEY, {}))
     compiled.meta[COMPLEX_IO_KEY] = {"inputs": list(ctx.complex_inputs), "outputs": list(ctx.complex_outputs)}
+    example = ctx.exported_program.example_inputs
+    if example is not None:  # what save() re-exports with when given no inputs
+        compiled.meta[EXAMPLE_INPUTS_KEY] = DYNAMIC if ctx.exported_program.range_constraints else example
     compiled.meta["tetrt_backend"] = ctx.backend
     compiled.meta["tetrt_strategy"] = ctx.strategy
     for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY, constant_folding.FOLDED_KEY):  # what refit_module_weights needs
@@ -359,6 +378,20 @@ def compile_program(exported_program: torch.export.ExportedProgram, settings: Co
     return run_passes(exported_program, settings.backend, settings.strategy, PASSES, settings)
 
 
+#: Torch-TensorRT's ``ir`` values this compile path is (its ``torch_compile`` is the backend)
+IRS = ("default", "dynamo")
+
+
+def _check_ir(ir: str) -> None:
+    if ir in IRS:
+        return
+    if ir == "torch_compile":
+        raise ValueError("compile(ir='torch_compile'): this path is torch.compile's backend here: "
+                         "torch.compile(model, backend='tetrt', options={...})")
+    raise ValueError(f"compile(): unknown ir {ir!r}; this compiler is Torch-TensorRT's dynamo path: "
+                     f"ir={' or '.join(repr(i) for i in IRS)} (ir='torch_compile' is torch.compile(backend='tetrt'))")
+
+
 def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tensorrt.compile
     model: torch.nn.Module | torch.export.ExportedProgram,
     *,
@@ -373,6 +406,7 @@ def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tenso
     require_full_compilation: bool = False,
     pass_through_build_failures: bool = False,
     truncate_double: bool = False,
+    ir: str = "default",
     **unknown_options: Any,
 ) -> CompiledModule:
     """Compile ``model`` into engine blocks; call the result like the model.
@@ -392,6 +426,7 @@ def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tenso
     """
     from tetrt_support.compiler.settings import settings_from_options
 
+    _check_ir(ir)
     settings = settings_from_options(
         unknown_options,
         backend=backend,
@@ -402,5 +437,7 @@ def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tenso
         pass_through_build_failures=pass_through_build_failures,
         truncate_double=truncate_double,
     )
-    program = as_exported_program(model, arg_inputs, kwarg_inputs, dynamic_shapes, inputs)
-    return compile_program(program, settings)
+    # Exporting and checking run the model: the caller's random generators are left as they were.
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
+        program = as_exported_program(model, arg_inputs, kwarg_inputs, dynamic_shapes, inputs)
+        return compile_program(program, settings)

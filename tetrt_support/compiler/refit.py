@@ -46,6 +46,7 @@ __all__ = [
     "BLOCK_WEIGHTS_KEY",
     "WEIGHTS_KEY",
     "ArchitectureMismatch",
+    "RefitVerificationError",
     "UnusableWeight",
     "record_refit_weights",
     "refit_module_weights",
@@ -292,9 +293,14 @@ def _plan_graph(target: fx.GraphModule, pack: _Packer) -> list[Replacement]:
 
 def refit_module_weights(
     compiled_module: torch.nn.Module,
-    new_weights: Mapping[str, torch.Tensor] | torch.nn.Module | torch.export.ExportedProgram,
+    new_weights: Mapping[str, torch.Tensor] | torch.nn.Module | torch.export.ExportedProgram | None = None,
     *,
     in_place: bool = False,
+    new_weight_module: torch.nn.Module | torch.export.ExportedProgram | None = None,
+    arg_inputs: Any = None,
+    kwarg_inputs: Mapping[str, Any] | None = None,
+    verify_output: bool = False,
+    use_weight_map_cache: bool = True,
 ) -> torch.nn.Module:
     """``compiled_module`` with the weights of ``new_weights``; same blocks, same engines.
 
@@ -305,7 +311,49 @@ def refit_module_weights(
     :class:`UnusableWeight`. Everything is checked and packed before anything is replaced;
     a refit that raises leaves ``compiled_module`` as it was, ``in_place`` or not. Returns
     the refitted copy (``in_place=False``) or ``compiled_module`` itself.
+
+    Torch-TensorRT's spelling works too: ``new_weight_module=`` (an ``ExportedProgram`` or
+    module) for ``new_weights``, and ``verify_output=True`` with ``arg_inputs`` /
+    ``kwarg_inputs`` compares the refitted module with ``new_weight_module`` on those
+    inputs and raises :class:`RefitVerificationError` (leaving ``compiled_module`` as it
+    was) where they differ. ``use_weight_map_cache`` is accepted and changes nothing: every
+    refit here maps weights by name.
     """
+    if (new_weights is None) == (new_weight_module is None):
+        raise TypeError("refit_module_weights: give the new weights once, as new_weights or new_weight_module")
+    new_weights = new_weights if new_weights is not None else new_weight_module
+    if verify_output and arg_inputs is None and not kwarg_inputs:
+        raise TypeError("refit_module_weights(verify_output=True) needs arg_inputs and/or kwarg_inputs to compare on")
+    if not verify_output:
+        return _refit(compiled_module, new_weights, in_place)
+    refitted = _refit(compiled_module, new_weights, False)
+    _verify_refit(refitted, new_weights, arg_inputs, kwarg_inputs)
+    return _refit(compiled_module, new_weights, True) if in_place else refitted
+
+
+class RefitVerificationError(RuntimeError):
+    """``verify_output=True``: the refitted module does not compute what the new weights' module does."""
+
+
+def _verify_refit(refitted: torch.nn.Module, source: Any, arg_inputs: Any, kwarg_inputs: Mapping[str, Any] | None) -> None:
+    from tetrt_support.compiler.verify import compare_outputs
+
+    if isinstance(source, torch.export.ExportedProgram):
+        source = source.module()
+    if not isinstance(source, torch.nn.Module):
+        raise TypeError("refit_module_weights(verify_output=True) compares against a module: pass new_weight_module "
+                        f"(an nn.Module or ExportedProgram), not a {type(source).__name__}")
+    args = tuple(arg_inputs) if isinstance(arg_inputs, (list, tuple)) else (() if arg_inputs is None else (arg_inputs,))
+    with torch.no_grad():
+        expected = source(*args, **dict(kwarg_inputs or {}))
+        actual = refitted(*args, **dict(kwarg_inputs or {}))
+    difference = compare_outputs(expected, actual)
+    if difference is not None:
+        raise RefitVerificationError(f"refit_module_weights(verify_output=True): the refitted module does not match "
+                                     f"new_weight_module on the given inputs: {difference}")
+
+
+def _refit(compiled_module: torch.nn.Module, new_weights: Any, in_place: bool) -> torch.nn.Module:
     pack = _Packer(dict(_checked(compiled_module, new_weights)))  # a copy: the caller's dict stays as passed
     target = compiled_module if in_place else copy.deepcopy(compiled_module)
     per_block = target.meta.get(BLOCK_WEIGHTS_KEY, {})

@@ -400,8 +400,14 @@ def save(
     arg_inputs: Any = None,
     kwarg_inputs: dict[str, Any] | None = None,
     dynamic_shapes: Any = None,
+    inputs: Any = None,
 ) -> None:
     """Write ``module`` (a compiled module, ``ep.module()``, any nn.Module) to ``path``.
+
+    ``inputs`` is Torch-TensorRT's other name for ``arg_inputs``. With neither nor
+    ``kwarg_inputs``, a module compiled here without dynamic dims is re-exported with the
+    example inputs it was compiled with (as Torch-TensorRT's ``retrace=False`` needs none);
+    one compiled with dynamic dims needs them and ``dynamic_shapes`` given.
 
     ``output_format="exported_program"`` (Torch-TensorRT's default): the module is
     re-exported with ``arg_inputs`` / ``kwarg_inputs`` (and ``dynamic_shapes``), engine
@@ -414,6 +420,10 @@ def save(
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"save() takes a torch.nn.Module, got {type(module).__name__}")
+    if inputs is not None:
+        if arg_inputs is not None:
+            raise TypeError("save(): inputs is another name for arg_inputs; give one of them")
+        arg_inputs = inputs
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"unknown output_format {output_format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
     if output_format == "pickle":
@@ -422,7 +432,27 @@ def save(
             raise TypeError(f"output_format='pickle' saves the module as it is; {', '.join(given)} would be unused")
         _save_pickle(module, path)
     else:
+        if arg_inputs is None and kwarg_inputs is None:
+            arg_inputs, kwarg_inputs = _compiled_example_inputs(module)
         _save_exported_program(module, path, arg_inputs, kwarg_inputs, dynamic_shapes)
+
+
+#: ``meta`` key of a compiled module: ``(args, kwargs)`` it was compiled with, or
+#: :data:`DYNAMIC` where its program has dynamic dims (then a save needs its own inputs)
+EXAMPLE_INPUTS_KEY = "tetrt_example_inputs"
+DYNAMIC = "dynamic"
+
+
+def _compiled_example_inputs(module: torch.nn.Module) -> tuple[Any, Any]:
+    recorded = getattr(module, "meta", {}).get(EXAMPLE_INPUTS_KEY) if isinstance(module, fx.GraphModule) else None
+    if recorded == DYNAMIC:
+        raise TypeError(
+            "save(output_format='exported_program'): this module was compiled with dynamic dims; pass "
+            "arg_inputs/kwarg_inputs and dynamic_shapes so the saved program keeps them"
+        )
+    if recorded is None:
+        return None, None  # _save_exported_program names what to pass
+    return recorded
 
 
 # ---------------------------------------------------------------------------- load

@@ -221,13 +221,22 @@ def _run_in_pytorch(gm: fx.GraphModule, name: str, new: str, reference: torch.nn
     gm.recompile()
 
 
+_CHECK_SEED = 0  # the generator seed of both runs of the whole-program check
+
+
 def check_whole_program(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
     """The compiled graph against ``ep.module()`` on the example inputs (a pass)."""
     if not getattr(ctx.settings, "check_engine_blocks", True):
         return gm
     args, kwargs = ctx.exported_program.example_inputs
-    with torch.no_grad():
+    devices = sorted({x.device.index or 0 for x in pytree.tree_leaves((args, kwargs))
+                      if isinstance(x, torch.Tensor) and x.device.type == "cuda"})
+    # Both runs draw the same random numbers (random ops run in PyTorch, partition.py);
+    # the caller's generator state is left as it was.
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        torch.manual_seed(_CHECK_SEED)
         expected = ctx.exported_program.module()(*args, **kwargs)
+        torch.manual_seed(_CHECK_SEED)
         actual = gm(*args, **kwargs)
     paths = [pytree.keystr(p) for p, _ in pytree.tree_flatten_with_path(expected)[0]]
     difference = compare_outputs(expected, actual)

@@ -29,6 +29,8 @@ __all__ = [
     "COMPLEX_OPS",
     "DynamicDims",
     "Engine",
+    "NoBackwardError",
+    "refuse_gradient_inputs",
     "check_block_inputs",
     "check_dynamic_dims",
     "dynamic_shapes_for_export",
@@ -178,6 +180,27 @@ def keep_scalars_0d(outputs: Any, scalars: list[bool]) -> Any:
         for leaf, zero_d in zip(leaves, scalars)
     ]
     return pytree.tree_unflatten(fixed, spec)
+
+
+class NoBackwardError(RuntimeError):
+    """An engine block without autograd reached by an input that needs a gradient."""
+
+
+def refuse_gradient_inputs(engine: str, names: list[str | None], inputs: tuple[Any, ...]) -> None:
+    """Refuse, naming the input, a call that would return outputs silently cut off from
+    autograd: grad mode on and an input that requires grad, into an engine with no
+    backward (ONNX Runtime, TensorRT). Inputs named None are constants to the engine (its
+    weights, values computed from weights), as in Torch-TensorRT, and are not checked."""
+    if not torch.is_grad_enabled():
+        return
+    for name, x in zip(names, inputs):
+        if name is not None and isinstance(x, torch.Tensor) and x.requires_grad:
+            raise NoBackwardError(
+                f"{engine} block input {name!r} requires grad, but the {engine} engine has no backward: its "
+                "outputs would carry no gradient. Call the compiled module under torch.no_grad() (or pass "
+                "tensors that do not require grad), or compile with an engine that has autograd "
+                "(backend='eager' or 'inductor')"
+            )
 
 
 def check_dynamic_dims(example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None) -> None:

@@ -37,6 +37,7 @@ from tetrt_support.compiler.engines.base import (
     check_ints_stayed_symbolic,
     dynamic_shapes_for_export,
     is_int_input,
+    refuse_gradient_inputs,
     standalone_block,
 )
 from tetrt_support.compiler.engines.onnx_exact_ops import EXACT_DECOMPOSITIONS
@@ -173,12 +174,17 @@ def _to_numpy(x: torch.Tensor | int, index: int) -> np.ndarray:
 class OnnxRuntimeBlock(torch.nn.Module):
     """Runs one exported block in ONNX Runtime; ``forward(*tensors)`` mirrors the block's outputs.
 
+    It has no backward: an input that requires grad in grad mode is refused by name
+    (:func:`~tetrt_support.compiler.engines.base.refuse_gradient_inputs`).
+
     ``output_spec`` is the pytree structure of the block's ``return``; each leaf is either
     a graph value (taken from the session's outputs, in order) or a literal kept as is
     (``None``, a Python number). ``graph_module`` is the block it was exported from, kept
     for :meth:`as_pytorch` outside ``_modules``: the session computes with the weights
     baked into its bytes, so ``state_dict``, ``to()`` and refit must not see the graph's.
     """
+
+    has_backward = False  # ONNX Runtime computes forward only
 
     def __init__(
         self,
@@ -222,6 +228,7 @@ class OnnxRuntimeBlock(torch.nn.Module):
     def forward(self, *inputs: torch.Tensor):
         if len(inputs) != len(self.input_names):
             raise TypeError(f"onnxruntime block takes {len(self.input_names)} tensors, got {len(inputs)}")
+        refuse_gradient_inputs("onnxruntime", getattr(self, "input_labels", self.input_names), inputs)
         session, feeds = self._session_and_feeds()
         results = session.run(None, {name: _to_numpy(inputs[i], i) for i, name in feeds})
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))

@@ -22,6 +22,7 @@ from tetrt_support.compiler.engines.base import (
     Engine,
     dynamic_shapes_for_export,
     keep_scalars_0d,
+    refuse_gradient_inputs,
     scalar_outputs,
     standalone_block,
 )
@@ -56,7 +57,12 @@ class TensorRTBlock(torch.nn.Module):
         self.__dict__["graph_module"] = graph_module
         self.scalar_outputs = scalar_outputs(graph_module)
 
+    has_backward = False  # a TensorRT plan computes forward only
+
     def forward(self, *inputs: torch.Tensor) -> Any:
+        names = getattr(self, "input_labels", None) or [
+            str(n.target) for n in self.graph_module.graph.find_nodes(op="placeholder")]
+        refuse_gradient_inputs("tensorrt", names, inputs)
         return keep_scalars_0d(self.engine(*inputs), self.scalar_outputs)
 
     def as_pytorch(self) -> fx.GraphModule:
