@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from tetrt_support.report.tables import Table
+from tetrt_support.report.training import PEER
 
 __all__ = ["LOSS_TOLERANCE", "case_label", "inline_decoder_lines", "model_step_claims", "model_step_table"]
 
 #: the issue's bar for the loss after the run: within 1 % of bf16's
 LOSS_TOLERANCE = 0.01
-_PEER = "torchao_float8_tensorwise"
 
 
 def _cases(result: Mapping[str, Any], suite: str) -> dict[str, Any]:
@@ -58,11 +58,11 @@ def model_step_claims(result: Mapping[str, Any], case: str, suite: str = "model_
     memory exceeds bf16's, and whose loss after the run is more than 1 % from bf16's."""
     variants = _cases(result, suite)[case]["variants"]
     timed = {n: v for n, v in variants.items() if "median_ms" in v}
-    peer = timed.get(_PEER, {})
+    peer = timed.get(PEER, {})
     bf16 = timed.get("bf16", {})
     lines = []
     for name, v in timed.items():
-        if name in ("bf16", _PEER):
+        if name in ("bf16", PEER):
             continue
         parts = [f"{name}: {v['speedup_vs_bf16']:.3f}x bf16"]
         if "speedup_vs_bf16" in peer:
