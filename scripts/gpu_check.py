@@ -474,6 +474,51 @@ def inline_decoder_runs(device: str = "cuda") -> dict[str, Any]:
     return runs
 
 
+def inline_cases(device: str = "cuda") -> dict[str, Any]:
+    """Which use of one inline fp8_current Linear loses its gradients when compiled: a 3-D
+    input, a non-leaf input, a residual, a small or a mean-reduced loss, cross-entropy, the
+    layer applied twice -- each under aot_eager against the same call run eagerly (weight
+    and input gradient norms). Narrows down the whole-decoder failure of
+    :func:`inline_decoder_runs`; ``device`` lets the same runs be made on the CPU."""
+    import warnings
+
+    from tetrt_support.quant.linear import Linear
+
+    warnings.filterwarnings("ignore", message=r"quant\.Linear\(compile_as='inline'\)")
+    target = torch.zeros(256, dtype=torch.long, device=device)
+    cases = {
+        "3-D input, sum": lambda lin, x: lin(x).float().sum(),
+        "2-D input, sum": lambda lin, x: lin(x.reshape(-1, 256)).float().sum(),
+        "non-leaf input": lambda lin, x: lin(x * 2).float().sum(),
+        "residual, mean square": lambda lin, x: (x + lin(x)).float().pow(2).mean(),
+        "small loss": lambda lin, x: lin(x).float().sum() * 1e-6,
+        "cross-entropy": lambda lin, x: torch.nn.functional.cross_entropy(lin(x).reshape(-1, 256).float(), target),
+        "applied twice": lambda lin, x: lin(lin(x)).float().pow(2).mean(),
+    }
+    rows: dict[str, Any] = {}
+    for name, loss_of in cases.items():
+        norms = {}
+        for backend in ("eager", "aot_eager"):
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            lin = Linear(256, 256, bias=False, device=device, dtype=torch.bfloat16, compile_as="inline")
+            x = torch.randn(2, 128, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
+            fn = (lambda v, lin=lin: loss_of(lin, v)) if backend == "eager" else torch.compile(
+                lambda v, lin=lin: loss_of(lin, v), backend=backend)
+            try:
+                fn(x).backward()
+                norms[backend] = [lin.weight.grad.float().norm().item(), x.grad.float().norm().item()]
+            except Exception as e:  # noqa: BLE001 - record it, run the other cases
+                norms[backend] = f"{type(e).__name__}: {str(e)[:200]}"
+        rows[name] = {**norms, "equal": norms["eager"] == norms["aot_eager"]}
+    return rows
+
+
+def check_inline_cases(report: dict[str, Any]) -> None:
+    """:func:`inline_cases` on the GPU."""
+    report["inline_fp8_current_cases"] = inline_cases("cuda")
+
+
 def check_inline_decoder(report: dict[str, Any]) -> None:
     """:func:`inline_decoder_runs` on the GPU."""
     report["inline_fp8_current_decoder"] = inline_decoder_runs("cuda")
@@ -552,7 +597,8 @@ def time_kernels(report: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline,inline_decoder")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline,"
+                        "inline_decoder,inline_cases")
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: every part not skipped)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -580,7 +626,8 @@ def main() -> int:
                      ("quantizers", lambda: check_quantizers(kernel_rows)), ("linear", lambda: check_linear(report)),
                      ("gemms", lambda: check_gemms(report)), ("times", lambda: time_kernels(report)),
                      ("compile", lambda: check_compile(report)), ("inline", lambda: check_inline(report)),
-                     ("inline_decoder", lambda: check_inline_decoder(report))):
+                     ("inline_decoder", lambda: check_inline_decoder(report)),
+                     ("inline_cases", lambda: check_inline_cases(report))):
         if part in skip or (args.only and part not in args.only.split(",")):
             continue
         t0 = time.perf_counter()

@@ -16,9 +16,10 @@ compiled layer did too, but a whole tiny decoder compiled with aot_eager or indu
 zero gradients for every parameter inside its blocks (RMSNorm weights included, so the
 Linears' dgrads are zero, not only their wgrads), which no CPU run reproduces
 (``benchmarks/results/gpu_check_inline_decoder_cuda.json``; ``tests/quant/test_inline_linear.py``
-checks the same gradients on CPU). So ``compile_as="auto"`` keeps the custom ops on CUDA and
-``"inline"`` there warns. What is saved for backward is what TransformerEngine keeps: the
-input's and the weight's column-wise FP8 copies and their scales, not the high-precision tensors.
+checks the same gradients on CPU; ``docs/architecture.md`` has the suspect and the check
+to run). So ``compile_as="auto"`` keeps the custom ops on CUDA and ``"inline"`` there warns.
+What is saved for backward is what TransformerEngine keeps: the input's and the weight's
+column-wise FP8 copies and their scales, not the high-precision tensors.
 """
 
 from __future__ import annotations
@@ -124,13 +125,17 @@ class _Float8Linear(torch.autograd.Function):
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
         x_t, x_scale, w_t, w_scale = ctx.saved_tensors
         grad_dtype, pow_2, epsilon, dgrad_fast, wgrad_fast = ctx.settings
-        compute_dgrad, compute_wgrad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if compute_dgrad and w_t is None:
+        if ctx.needs_input_grad[0] and w_t is None:
             raise RuntimeError("inline quantized Linear: dgrad needs the weight's column-wise copy, which the forward "
                                "did not make (it ran with an input that did not require grad)")
-        if compute_wgrad and x_t is None:
+        if ctx.needs_input_grad[1] and x_t is None:
             raise RuntimeError("inline quantized Linear: wgrad needs the input's column-wise copy, which the forward "
                                "did not make (it ran with a weight that did not require grad)")
+        # What to compute is what the forward decided (TE's rule, from grad mode and
+        # requires_grad, passed in as constants): dgrad where it saved the weight's
+        # column-wise copy, wgrad where it saved the input's -- not ctx.needs_input_grad,
+        # whose value inside a compiled graph is the tracer's to decide.
+        compute_dgrad, compute_wgrad = w_t is not None, x_t is not None
         g = grad_output.contiguous()
         g_data, g_scale = _quantize(g, grad_dtype, pow_2, epsilon)
         dgrad = wgrad = None
