@@ -176,8 +176,9 @@ print("the compiled module itself still has the old weights:",
 # difference raises `RefitVerificationError` and leaves the compiled module as it was):
 
 # %%
-checked = tetrt_support.refit_module_weights(compiled_module=from_module, new_weight_module=new_llama,
-                                             kwarg_inputs=other, verify_output=True)
+checked = tetrt_support.refit_module_weights(
+    compiled_module=from_module, new_weight_module=new_llama,
+    kwarg_inputs=other, verify_output=True)
 print("verify_output=True passed | refitted vs the new eager model < 1e-5:",
       max_abs_error(new_ref.logits, checked(**other).logits) < 1e-5)
 

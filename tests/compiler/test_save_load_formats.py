@@ -129,8 +129,9 @@ def test_save_refuses_unknown_formats_and_missing_inputs(tmp_path: Path) -> None
     _, compiled = _compiled("eager")
     with pytest.raises(ValueError, match="unknown output_format 'torchscript'; valid: exported_program, pickle"):
         tetrt_support.save(compiled, tmp_path / "m", output_format="torchscript")
+    # a module that was not compiled here records no example inputs to re-export with
     with pytest.raises(TypeError, match=r"re-exports the module with torch.export: pass arg_inputs=\(\.\.\.\)"):
-        tetrt_support.save(compiled, tmp_path / "m")
+        tetrt_support.save(torch.nn.Linear(2, 2), tmp_path / "m")
     with pytest.raises(TypeError, match="output_format='pickle' saves the module as it is; kwarg_inputs would be unused"):
         tetrt_support.save(compiled, tmp_path / "m", output_format="pickle", kwarg_inputs=_inputs())
 
