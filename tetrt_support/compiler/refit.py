@@ -335,7 +335,8 @@ class RefitVerificationError(RuntimeError):
     """``verify_output=True``: the refitted module does not compute what the new weights' module does."""
 
 
-def _verify_refit(refitted: torch.nn.Module, source: Any, arg_inputs: Any, kwarg_inputs: Mapping[str, Any] | None) -> None:
+def _verify_refit(refitted: torch.nn.Module, source: Any, arg_inputs: Any,
+                  kwarg_inputs: Mapping[str, Any] | None) -> None:
     from tetrt_support.compiler.verify import compare_outputs
 
     if isinstance(source, torch.export.ExportedProgram):
@@ -343,7 +344,9 @@ def _verify_refit(refitted: torch.nn.Module, source: Any, arg_inputs: Any, kwarg
     if not isinstance(source, torch.nn.Module):
         raise TypeError("refit_module_weights(verify_output=True) compares against a module: pass new_weight_module "
                         f"(an nn.Module or ExportedProgram), not a {type(source).__name__}")
-    args = tuple(arg_inputs) if isinstance(arg_inputs, (list, tuple)) else (() if arg_inputs is None else (arg_inputs,))
+    from tetrt_support.compiler.frontend import _as_tuple  # how compile() reads arg_inputs
+
+    args = () if arg_inputs is None else _as_tuple(arg_inputs)
     with torch.no_grad():
         expected = source(*args, **dict(kwarg_inputs or {}))
         actual = refitted(*args, **dict(kwarg_inputs or {}))
