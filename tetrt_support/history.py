@@ -24,6 +24,9 @@ defined here. Nothing in the shipped pipeline knows about them.
 
 :func:`signature_matrix` compiles the :data:`CASES` models under each policy on both
 strategies, calls them by position and by keyword, and says what happened.
+
+A showcase module: it imports transformers (the ``zoo`` extra) for the ``ModelOutput``
+case; the shipped compiler never imports it.
 """
 
 from __future__ import annotations
