@@ -155,7 +155,7 @@ print(compiled.blocks_summary(), "|", type(got).__name__, list(got.keys()) == li
 # `log1p` is c10's own (Kahan's trick, `log(u) * z / (u - 1)` with `u = 1 + z`). The rules'
 # finite formulas give NaN at many of those points (`inf - inf`, `inf / inf`), so each tabled rule
 # computes its formula and then picks the table's value with `where` over `isinf`/`isnan` of the
-# parts (`tetrt_support.complex.special_values`); `log1p` follows c10's algorithm itself. All of it
+# parts (`tetrt_support.complex.rules.special_values`); `log1p` follows c10's algorithm itself. All of it
 # is ordinary ops, so ONNX Runtime runs every tabled rule in one block. Two translations of
 # torch.onnx were not exact and are decomposed before the export (`compiler/engines/onnx_exact_ops.py`):
 # `atan2` (torchlib's gave `-pi` for `atan2(+0, -1)`, the branch of `log(-1 + 0j)`, and 0 for

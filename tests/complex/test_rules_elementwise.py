@@ -58,7 +58,7 @@ def _rtol(dtype: torch.dtype) -> float:
 
 # Every rule gives eager's answer at infinite and NaN inputs too: eager's CPU kernels follow
 # glibc's C99 Annex G tables (casin, cacosh, csqrt, cexp, ...) and c10's own log1p, which
-# the rules reproduce with where over isinf/isnan (tetrt_support.complex.special_values).
+# the rules reproduce with where over isinf/isnan (tetrt_support.complex.rules.special_values).
 @pytest.mark.parametrize("finite", [True, False], ids=["finite extremes", "infinities and nan"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("strategy", STRATEGIES)
