@@ -144,7 +144,7 @@ def _swap_i(parts_fn: PartsFn) -> PartsFn:
 
 def _with_table(finite_fn: PartsFn, special_fn: PartsFn) -> PartsFn:
     """``finite_fn`` (Kahan's formula) for finite inputs, ``special_fn`` (the C99 Annex G
-    table eager's C library follows, :mod:`tetrt_support.complex.special_values`) elsewhere."""
+    table eager's C library follows, :mod:`.special_values`) elsewhere."""
 
     def parts(x: Any, y: Any) -> tuple[Any, Any]:
         return overlay(finite_fn(x, y), special_fn(x, y), x, y)
