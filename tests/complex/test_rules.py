@@ -198,3 +198,19 @@ def test_matmul_family_goes_through_the_registry() -> None:
     aten = torch.ops.aten
     for op in (aten.mm.default, aten.bmm.default, aten.matmul.default):
         assert op in RULES
+
+
+def test_rule_families_fill_the_table_in_one_fixed_order() -> None:
+    """The family modules' rules, registered by name in ``ORDER``, are exactly ``RULES``;
+    a rule that ``ORDER`` does not name is refused, not appended wherever it lands."""
+    from tetrt_support.complex import RULES
+    from tetrt_support.complex.rules import FAMILIES, ORDER, Family, RuleRegistry, _fill
+
+    table = RuleRegistry()
+    _fill(table, FAMILIES, ORDER)
+    assert list(table.items()) == list(RULES.items())
+
+    stray = Family("stray")
+    stray.add("cumsum", (torch.ops.aten.cumsum.default,), lambda ctx, self, dim: self)
+    with pytest.raises(ValueError, match=r"unlisted \['cumsum'\]"):
+        _fill(RuleRegistry(), (*FAMILIES, stray), ORDER)
