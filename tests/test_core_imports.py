@@ -70,9 +70,10 @@ def _showcase(modules: list[str]) -> list[str]:
 def test_core_import_loads_no_showcase_module(entry: str) -> None:
     seen = _run_lean(f"import {entry}")
     print(f"import {entry} loaded {len(seen['tetrt'])} tetrt modules:", *seen["tetrt"], sep="\n  ")
-    assert entry in seen["tetrt"]
-    assert _showcase(seen["tetrt"]) == []
-    assert seen["third_party"] == []
+    loaded = "loaded: " + ", ".join(seen["tetrt"])
+    assert entry in seen["tetrt"], loaded
+    assert _showcase(seen["tetrt"]) == [], loaded
+    assert seen["third_party"] == [], loaded
 
 
 def test_compile_and_call_run_without_the_optional_packages() -> None:
@@ -95,5 +96,6 @@ def test_compile_and_call_run_without_the_optional_packages() -> None:
         """
     )
     print("compile + call loaded:", *seen["tetrt"], sep="\n  ")
-    assert _showcase(seen["tetrt"]) == []
-    assert seen["third_party"] == []
+    loaded = "loaded: " + ", ".join(seen["tetrt"])
+    assert _showcase(seen["tetrt"]) == [], loaded
+    assert seen["third_party"] == [], loaded
