@@ -91,6 +91,8 @@ class Linear(torch.nn.Module):
         self._weight_cache: QuantizedTensor | None = None
         self._weight_cache_columnwise = False  # whether the cache holds the dgrad copy
         self._use_quantizers()  # the ops, the weight templates
+        if compile_as == "inline" and not inline_linear.verified_on(self.weight.device):
+            inline_linear.warn_unverified(self.weight.device)  # here too: a compiled call does not warn
         self.reset_parameters()
 
     def _make_weight_templates(self) -> tuple[object, object]:
@@ -171,7 +173,8 @@ class Linear(torch.nn.Module):
             self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling()
                                             and inline_linear.verified_on(x.device))
         ):
-            if not inline_linear.verified_on(x.device):
+            if not inline_linear.verified_on(x.device) and not torch.compiler.is_compiling():
+                # eager calls only: a warning inside the trace would break the graph at every Linear
                 inline_linear.warn_unverified(x.device)
             # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
             # quantizer changed in place recompiles (a plan built at assignment would go stale).
