@@ -119,7 +119,11 @@ class _Float8Linear(torch.autograd.Function):
         ctx.settings = (dtypes[2], pow_2[2], epsilon[2], fast_accum[1], fast_accum[2])
         ctx.has_bias = bias is not None
         ctx.dtype = x2d.dtype
-        return out.to(x2d.dtype)
+        # No `.to` when the GEMM already wrote x's dtype: torch 2.11's Dynamo took the no-op
+        # `.to` (which returns its input) for an output that needs no gradient, and the
+        # compiled backward got zeros (benchmarks/results/gpu_check_inline_decoder_cuda.json;
+        # torch 2.14 does not; tests/quant/test_inline_linear.py reproduces it on 2.11's CPU build).
+        return out if out.dtype == x2d.dtype else out.to(x2d.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
