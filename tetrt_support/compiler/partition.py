@@ -97,13 +97,25 @@ _ASSERTIONS = tuple(
 )
 
 
+#: torch's functions on symbolic scalars (``min(a.shape[-1], b.shape[-1])`` is ``sym_min``)
+_SYM_FUNCTIONS = frozenset(
+    f
+    for f in (getattr(torch, name, None) for name in (
+        "sym_min", "sym_max", "sym_float", "sym_int", "sym_not", "sym_ite", "sym_sum", "_sym_sqrt", "sym_sqrt"
+    ))
+    if f is not None
+)  # fmt: skip
+
+
 def _is_size_arithmetic(node: fx.Node) -> bool:
-    """Python arithmetic on symbolic sizes (``operator.mul`` of two ``sym_size`` values...):
-    what export records for a size computed in Python, e.g. ``torch.arange(b * s)``."""
+    """Python arithmetic on symbolic sizes (``operator.mul`` of two ``sym_size`` values,
+    ``torch.sym_min`` of two lengths...): what export records for a size computed in Python,
+    e.g. ``torch.arange(b * s)``. It computes nothing on tensors, so it never splits a block."""
+    target = node.target
     return (
         node.op == "call_function"
-        and getattr(node.target, "__module__", None) in ("_operator", "operator", "torch.sym_float", "math")
-        and node.target is not operator.getitem
+        and (getattr(target, "__module__", None) in ("_operator", "operator", "math") or target in _SYM_FUNCTIONS)
+        and target is not operator.getitem
         and isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
     )
 
