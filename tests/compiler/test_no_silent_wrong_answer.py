@@ -231,3 +231,20 @@ def test_a_block_that_cannot_be_copied_is_not_checked_and_the_compile_goes_on(mo
     with pytest.warns(UserWarning, match=r"engine block engine_0 is not checked .*RuntimeError: cannot copy this"):
         compiled = tetrt_support.compile(program, backend="eager", min_block_size=1)
     torch.testing.assert_close(compiled(x), Small()(x))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_no_grad_region_exported_with_grad_on_runs_in_the_engine_block(strategy: str) -> None:
+    """Before, with ``strategy="rewrite"``: the region stayed a ``wrap_with_set_grad_enabled``
+    call in the parent graph, run by PyTorch between the blocks and counted in none, and with
+    a dynamic length the sizes it took made a fallback block holding only ``sym_size.int``."""
+    model = NoGradThenWeightNorm().eval()
+    shapes = ({0: Dim("b", min=1, max=8), 2: Dim("t", min=4, max=64)},)
+    program = torch.export.export(model, (torch.randn(2, 2, 8),), dynamic_shapes=shapes, strict=False)
+    assert any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in program.graph.nodes)
+    compiled = tetrt_support.compile(program, backend="onnxruntime", strategy=strategy, min_block_size=1)
+    assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
+    assert not any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in compiled.graph.nodes)
+    with torch.no_grad():
+        for x in (torch.randn(3, 2, 11), torch.randn(1, 2, 4)):
+            torch.testing.assert_close(compiled(x), model(x))

@@ -28,6 +28,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from torch.utils import _pytree as pytree
 
+from tetrt_support.complex._inline import inline_grad_mode_wrappers
 from tetrt_support.complex.detect import is_complex_value, touches_complex
 
 __all__ = [
@@ -153,6 +154,10 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
     """Small clean-ups so that block boundaries fall on tensors, as Torch-TensorRT's
     lowering passes do before it partitions:
 
+    - inline each ``torch.no_grad()`` region (``wrap_with_set_grad_enabled`` of a
+      submodule, in a program exported with grad on): no engine takes a higher-order op and
+      no fallback block holds one, so it ran in PyTorch between the blocks, uncounted, and the
+      sizes it took made a fallback block of ``sym_size`` reads (Xcodec2's semantic model);
     - drop export's run-time assertions (``_assert_tensor_metadata``, ``_assert_scalar``):
       they have no users and would otherwise form PyTorch blocks of their own;
     - ``aten.to`` to the dtype and device the tensor already has is the tensor itself,
@@ -161,6 +166,7 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
       block computes the sizes it needs from its tensor inputs: engines take and return
       tensors, not SymInts.
     """
+    inline_grad_mode_wrappers(gm)
     graph = gm.graph
     for node in list(graph.nodes):
         if _is_assertion(node) and not node.users:
