@@ -184,11 +184,15 @@ class NoGradThenWeightNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             y = x.mean(1, keepdim=True) * 2
+            with torch.enable_grad():  # a region in the region
+                y = y - 1
         return self.conv(x) + y[..., 1:-1]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_weight_norm_after_a_no_grad_region_compiles_and_leaves_grad_mode_alone(strategy: str) -> None:
+def test_weight_norm_after_a_no_grad_region_compiles_and_leaves_grad_mode_alone(
+    strategy: str,
+) -> None:
     """Before, with ``strategy="retrace"``: the retrace recorded the region as
     ``_set_grad_enabled(False)`` ... ``_set_grad_enabled(True)``, constant folding ran both,
     folded the weight norm with grad on into non-leaf tensors, and keeping the reference
@@ -197,7 +201,9 @@ def test_weight_norm_after_a_no_grad_region_compiles_and_leaves_grad_mode_alone(
     model = NoGradThenWeightNorm().eval()
     x = torch.randn(2, 2, 8)
     program = torch.export.export(model, (x,), strict=False)
-    compiled = tetrt_support.compile(program, backend="onnxruntime", strategy=strategy, min_block_size=1)
+    compiled = tetrt_support.compile(
+        program, backend="onnxruntime", strategy=strategy, min_block_size=1
+    )
     assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
     assert all(t.is_leaf for t in compiled.buffers())
     with torch.no_grad():
@@ -216,10 +222,12 @@ def test_a_block_with_a_non_leaf_constant_is_kept_for_the_check_without_deepcopy
     assert not block.w.is_leaf
     copied = reference_copy(block)
     assert copied.w.is_leaf and copied.w.requires_grad and torch.equal(copied.w, block.w)
-    assert copied.w.data_ptr() != block.w.data_ptr()  # an engine build writing into it changes no reference
+    assert copied.w.data_ptr() != block.w.data_ptr()  # a write into one leaves the other
 
 
-def test_a_block_that_cannot_be_copied_is_not_checked_and_the_compile_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_block_that_cannot_be_copied_is_not_checked_and_the_compile_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from tetrt_support.compiler import verify
 
     def refuse(block: torch.nn.Module) -> torch.nn.Module:
@@ -228,7 +236,8 @@ def test_a_block_that_cannot_be_copied_is_not_checked_and_the_compile_goes_on(mo
     monkeypatch.setattr(verify, "reference_copy", refuse)
     x = torch.randn(2, 5)
     program = torch.export.export(Small(), (x,), strict=False)
-    with pytest.warns(UserWarning, match=r"engine block engine_0 is not checked .*RuntimeError: cannot copy this"):
+    match = r"engine block engine_0 is not checked .*RuntimeError: cannot copy this"
+    with pytest.warns(UserWarning, match=match):
         compiled = tetrt_support.compile(program, backend="eager", min_block_size=1)
     torch.testing.assert_close(compiled(x), Small()(x))
 
@@ -240,11 +249,23 @@ def test_a_no_grad_region_exported_with_grad_on_runs_in_the_engine_block(strateg
     a dynamic length the sizes it took made a fallback block holding only ``sym_size.int``."""
     model = NoGradThenWeightNorm().eval()
     shapes = ({0: Dim("b", min=1, max=8), 2: Dim("t", min=4, max=64)},)
-    program = torch.export.export(model, (torch.randn(2, 2, 8),), dynamic_shapes=shapes, strict=False)
-    assert any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in program.graph.nodes)
-    compiled = tetrt_support.compile(program, backend="onnxruntime", strategy=strategy, min_block_size=1)
+    x = torch.randn(2, 2, 8)
+    program = torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+
+    def has_region(gm: torch.fx.GraphModule) -> bool:
+        return any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in gm.graph.nodes)
+
+    def code(gm: torch.fx.GraphModule) -> str:
+        return gm.print_readable(print_output=False)
+
+    assert has_region(program.graph_module)
+    before = code(program.graph_module)
+    compiled = tetrt_support.compile(
+        program, backend="onnxruntime", strategy=strategy, min_block_size=1
+    )
     assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
-    assert not any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in compiled.graph.nodes)
+    assert not has_region(compiled)
+    assert code(program.graph_module) == before  # its regions (shared by ep.module()) as they were
     with torch.no_grad():
         for x in (torch.randn(3, 2, 11), torch.randn(1, 2, 4)):
             torch.testing.assert_close(compiled(x), model(x))

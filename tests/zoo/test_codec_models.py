@@ -33,7 +33,9 @@ class Codec:
         # grad mode on, as a user exports: the weight norms are computed with autograd
         self.programs = {
             False: torch.export.export(self.model, (), self.inputs, strict=False),
-            True: torch.export.export(self.model, (), self.inputs, dynamic_shapes=shapes, strict=False),
+            True: torch.export.export(
+                self.model, (), self.inputs, dynamic_shapes=shapes, strict=False
+            ),
         }
         length_is_dynamic = "seq" in str(family.dynamic("batch", "seq"))
         seq = family.seq + 3 if length_is_dynamic else family.seq
@@ -69,10 +71,10 @@ def test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword(
     program = codec.programs[dynamic]
     before = {k: v.clone() for k, v in program.state_dict.items()}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # exporter notices; a failed build would show in the summary
+        warnings.simplefilter("ignore")  # exporter notices; a failed build shows in the summary
         compiled = tetrt_support.compile(program, backend="onnxruntime", strategy=strategy)
     assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
-    assert all(torch.equal(v, before[k]) for k, v in program.state_dict.items())  # the caller's program
+    assert all(torch.equal(v, before[k]) for k, v in program.state_dict.items())  # unchanged
     with torch.no_grad():
         _same_outputs(codec.model(**codec.inputs), compiled(**codec.inputs))
         if dynamic:
@@ -105,5 +107,6 @@ def test_wavtokenizer_whole_forward_does_not_export_upstream() -> None:
     codec = hf.build_family("wavtokenizer").codec
     conv = next(m for m in codec.modules() if type(m).__name__ == "WavTokenizerConv1d")
     x = torch.randn(2, conv.conv.in_channels, 16)
-    with pytest.raises(GuardOnDataDependentSymNode, match=r"data-dependent expression Eq\(u\d+, 1\)"):
+    match = r"data-dependent expression Eq\(u\d+, 1\)"
+    with pytest.raises(GuardOnDataDependentSymNode, match=match):
         torch.export.export(conv, (x,), strict=False)

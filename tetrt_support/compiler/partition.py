@@ -99,13 +99,12 @@ _ASSERTIONS = tuple(
 
 
 #: torch's functions on symbolic scalars (``min(a.shape[-1], b.shape[-1])`` is ``sym_min``)
-_SYM_FUNCTIONS = frozenset(
-    f
-    for f in (getattr(torch, name, None) for name in (
-        "sym_min", "sym_max", "sym_float", "sym_int", "sym_not", "sym_ite", "sym_sum", "_sym_sqrt", "sym_sqrt"
-    ))
-    if f is not None
+_SYM_NAMES = (
+    "sym_min", "sym_max", "sym_float", "sym_int", "sym_not", "sym_ite", "sym_sum", "_sym_sqrt",
 )  # fmt: skip
+_SYM_FUNCTIONS = frozenset(
+    f for f in (getattr(torch, name, None) for name in _SYM_NAMES) if f is not None
+)
 
 
 def _is_size_arithmetic(node: fx.Node) -> bool:
@@ -115,7 +114,10 @@ def _is_size_arithmetic(node: fx.Node) -> bool:
     target = node.target
     return (
         node.op == "call_function"
-        and (getattr(target, "__module__", None) in ("_operator", "operator", "math") or target in _SYM_FUNCTIONS)
+        and (
+            target in _SYM_FUNCTIONS
+            or getattr(target, "__module__", None) in ("_operator", "operator", "math")
+        )
         and target is not operator.getitem
         and isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
     )

@@ -120,10 +120,11 @@ def reference_copy(block: torch.nn.Module) -> torch.nn.Module:
     (same values, same ``requires_grad``), everything else as deepcopy copies it.
     """
     memo: dict[int, Any] = {}
-    tensors = (v for m in block.modules() for v in (*m._parameters.values(), *m._buffers.values(), *vars(m).values()))
-    for value in tensors:
-        if isinstance(value, torch.Tensor) and not value.is_leaf and id(value) not in memo:
-            memo[id(value)] = value.detach().clone().requires_grad_(value.requires_grad)
+    for module in block.modules():
+        tensors = (*module._parameters.values(), *module._buffers.values(), *vars(module).values())
+        for value in tensors:
+            if isinstance(value, torch.Tensor) and not value.is_leaf and id(value) not in memo:
+                memo[id(value)] = value.detach().clone().requires_grad_(value.requires_grad)
     return copy.deepcopy(block, memo)
 
 

@@ -14,6 +14,7 @@ every grad-mode region, complex or not (:func:`inline_grad_mode_wrappers`), so t
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import torch
@@ -60,6 +61,10 @@ def _inline_wrappers(gm: fx.GraphModule, wrappers: tuple, only_complex: bool) ->
             continue
         attr = node.args[k]
         sub = getattr(gm, str(attr.target))
+        if any(n.op == "call_function" and n.target in wrappers for n in sub.graph.nodes):
+            # ep.module() shares its submodules with the caller's program: inline into a copy
+            sub = fx.GraphModule(sub, copy.deepcopy(sub.graph), class_name=type(sub).__name__)
+            setattr(gm, str(attr.target), sub)
         _inline_wrappers(sub, wrappers, only_complex)
         complex_region = any(touches_complex(n) for n in sub.graph.nodes) or touches_complex(node)
         if only_complex and not complex_region:

@@ -32,8 +32,9 @@ import torch
 from torch import nn
 
 __all__ = [
-    "CODEC_HOP", "HF_FAMILIES", "CodecDecoder", "HFFamily", "build_family", "export_family", "family_inputs"
-]
+    "CODEC_HOP", "HF_FAMILIES", "CodecDecoder", "HFFamily",
+    "build_family", "export_family", "family_inputs",
+]  # fmt: skip
 
 
 def _transformers() -> Any:
@@ -231,12 +232,14 @@ HF_FAMILIES: dict[str, HFFamily] = {
         HFFamily("xcodec2", "xcodec2", "Xcodec2Model.decode, ISTFT head", _xcodec("Xcodec2Config", "Xcodec2Model"), _codes(16), _codes_dynamic, seq=6),
         HFFamily("neucodec", "neucodec", "NeuCodecModel.decode, ISTFT head", _xcodec("NeuCodecConfig", "NeuCodecModel"), _codes(16), _codes_dynamic, seq=6),
         HFFamily(
-            "xcodec2_model", "xcodec2", "Xcodec2Model(input_values, input_features): encode, decode",
-            _codec_model("Xcodec2Config", "Xcodec2Model"), _wave_and_features, _wave_and_features_dynamic,
-            seq=6,
+            "xcodec2_model", "xcodec2",
+            "Xcodec2Model(input_values, input_features): encode, decode",
+            _codec_model("Xcodec2Config", "Xcodec2Model"), _wave_and_features,
+            _wave_and_features_dynamic, seq=6,
         ),
         HFFamily(  # batch only: export specialises its length (int(length * 1.5) in its forward)
-            "neucodec_model", "neucodec", "NeuCodecModel(input_values, input_features): encode, decode",
+            "neucodec_model", "neucodec",
+            "NeuCodecModel(input_values, input_features): encode, decode",
             _codec_model("NeuCodecConfig", "NeuCodecModel"), _wave_and_features,
             lambda b, s: {"input_values": {0: b}, "input_features": {0: b}}, seq=6,
         ),
