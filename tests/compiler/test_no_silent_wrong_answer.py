@@ -171,3 +171,101 @@ def test_the_check_bounds_low_precision_outputs_in_their_own_ulps(dtype: torch.d
     assert compare_outputs([expected], [reordered]) is None
     wrong = (expected.float() * 1.1).to(dtype)
     assert "differs by up to" in compare_outputs([expected], [wrong])
+
+
+class NoGradThenWeightNorm(torch.nn.Module):
+    """A codec's encoder in small: a ``torch.no_grad()`` region (its semantic model) and then
+    a weight-normed convolution, exported with grad mode on as users export."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(2, 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            y = x.mean(1, keepdim=True) * 2
+            with torch.enable_grad():  # a region in the region
+                y = y - 1
+        return self.conv(x) + y[..., 1:-1]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_weight_norm_after_a_no_grad_region_compiles_and_leaves_grad_mode_alone(
+    strategy: str,
+) -> None:
+    """Before, with ``strategy="retrace"``: the retrace recorded the region as
+    ``_set_grad_enabled(False)`` ... ``_set_grad_enabled(True)``, constant folding ran both,
+    folded the weight norm with grad on into non-leaf tensors, and keeping the reference
+    blocks failed (``Only Tensors created explicitly by the user (graph leaves) support the
+    deepcopy protocol``); the compiled module also turned grad mode on in a no_grad caller."""
+    model = NoGradThenWeightNorm().eval()
+    x = torch.randn(2, 2, 8)
+    program = torch.export.export(model, (x,), strict=False)
+    compiled = tetrt_support.compile(
+        program, backend="onnxruntime", strategy=strategy, min_block_size=1
+    )
+    assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
+    assert all(t.is_leaf for t in compiled.buffers())
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        assert not torch.is_grad_enabled()
+
+
+def test_a_block_with_a_non_leaf_constant_is_kept_for_the_check_without_deepcopy() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tetrt_support.compiler.verify import reference_copy
+
+    weight = torch.nn.Parameter(torch.randn(3))
+    block = make_fx(lambda x: x * 2)(torch.randn(3))
+    block.register_buffer("w", weight * 2)  # non-leaf, as a weight norm computed with grad on
+    assert not block.w.is_leaf
+    copied = reference_copy(block)
+    assert copied.w.is_leaf and copied.w.requires_grad and torch.equal(copied.w, block.w)
+    assert copied.w.data_ptr() != block.w.data_ptr()  # a write into one leaves the other
+
+
+def test_a_block_that_cannot_be_copied_is_not_checked_and_the_compile_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tetrt_support.compiler import verify
+
+    def refuse(block: torch.nn.Module) -> torch.nn.Module:
+        raise RuntimeError("cannot copy this")
+
+    monkeypatch.setattr(verify, "reference_copy", refuse)
+    x = torch.randn(2, 5)
+    program = torch.export.export(Small(), (x,), strict=False)
+    match = r"engine block engine_0 is not checked .*RuntimeError: cannot copy this"
+    with pytest.warns(UserWarning, match=match):
+        compiled = tetrt_support.compile(program, backend="eager", min_block_size=1)
+    torch.testing.assert_close(compiled(x), Small()(x))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_no_grad_region_exported_with_grad_on_runs_in_the_engine_block(strategy: str) -> None:
+    """Before, with ``strategy="rewrite"``: the region stayed a ``wrap_with_set_grad_enabled``
+    call in the parent graph, run by PyTorch between the blocks and counted in none, and with
+    a dynamic length the sizes it took made a fallback block holding only ``sym_size.int``."""
+    model = NoGradThenWeightNorm().eval()
+    shapes = ({0: Dim("b", min=1, max=8), 2: Dim("t", min=4, max=64)},)
+    x = torch.randn(2, 2, 8)
+    program = torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+
+    def has_region(gm: torch.fx.GraphModule) -> bool:
+        return any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in gm.graph.nodes)
+
+    def code(gm: torch.fx.GraphModule) -> str:
+        return gm.print_readable(print_output=False)
+
+    assert has_region(program.graph_module)
+    before = code(program.graph_module)
+    compiled = tetrt_support.compile(
+        program, backend="onnxruntime", strategy=strategy, min_block_size=1
+    )
+    assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
+    assert not has_region(compiled)
+    assert code(program.graph_module) == before  # its regions (shared by ep.module()) as they were
+    with torch.no_grad():
+        for x in (torch.randn(3, 2, 11), torch.randn(1, 2, 4)):
+            torch.testing.assert_close(compiled(x), model(x))

@@ -9,13 +9,15 @@ takes it as a 0-d int64 input, converted in the engine's runtime wrapper.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.export import Dim
 
 import tetrt_support
 from tetrt_support.compiler.engines import get_engine
-from tetrt_support.compiler.pipeline import PASSES, build_engine_blocks, run_passes
+from tetrt_support.compiler.pipeline import PASSES, _dynamic_dims, build_engine_blocks, run_passes
 from tetrt_support.compiler.settings import CompilationSettings
 from tetrt_support.zoo.reproductions import ITEM_IN_PYTORCH, CountThenArange
 
@@ -88,3 +90,70 @@ def test_a_block_input_sized_by_an_expression_of_dims_stays_dynamic(backend: str
     assert "1 engine block" in compiled.blocks_summary()
     for x in (torch.randn(4, 5), torch.randn(2, 3)):
         torch.testing.assert_close(compiled(x), FlatBufferFromPyTorch()(x))
+
+
+class TrimToShorter(torch.nn.Module):
+    """NeuCodec's encoder trims two branches to the shorter: ``min`` of two lengths is
+    ``torch.sym_min`` of two ``sym_size`` reads, Python on sizes, no tensor op."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        n = min(a.shape[-1], b.shape[-1])
+        return a[..., :n] * 2 + b[..., :n]
+
+
+@pytest.mark.parametrize("strategy", ("rewrite", "retrace"))
+@pytest.mark.parametrize("backend", ("eager", "onnxruntime"))
+def test_the_shorter_of_two_lengths_is_read_inside_the_engine_block_not_in_a_fallback(
+    backend: str, strategy: str
+) -> None:
+    """Before: ``sym_min`` stayed in the parent graph, its ``sym_size`` reads made a fallback
+    block of their own (``1 engine block, 1 fallback block``), and the engine block took the
+    minimum as an int input."""
+    b = Dim("b", min=1, max=8)
+    shapes = ({0: b, 1: Dim("la", min=2, max=16)}, {0: b, 1: Dim("lb", min=2, max=16)})
+    args = (torch.randn(2, 5), torch.randn(2, 7))
+    program = torch.export.export(TrimToShorter(), args, dynamic_shapes=shapes, strict=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed engine build would warn and fall back
+        compiled = tetrt_support.compile(
+            program, backend=backend, strategy=strategy, min_block_size=1
+        )
+    assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
+    for a, b in ((torch.randn(3, 9), torch.randn(3, 4)), (torch.randn(1, 6), torch.randn(1, 6))):
+        torch.testing.assert_close(compiled(a, b), TrimToShorter()(a, b))
+
+
+class Framed(torch.nn.Module):
+    """A codec's two inputs: a wave of ``4 * frames`` samples and one feature per frame."""
+
+    def forward(self, wave: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        frames = torch.nn.functional.avg_pool1d(wave.unsqueeze(1), 4).squeeze(1)  # a strided conv
+        return frames * feats
+
+
+def test_a_block_input_sized_hop_times_frames_stays_tied_to_frames_in_the_engine() -> None:
+    """Before: the wave's dim ``4*t`` became an engine dim of its own (``derived_0_1``), free
+    of ``t``; Xcodec2's whole forward then failed its ONNX export (``Constraints violated
+    (derived_0_2)``) and the engine block fell back to PyTorch. Now the engine exports it
+    as ``4 * Dim(t)``, the same ``Dim`` as the features' frames."""
+    from tetrt_support.compiler.engines.base import dynamic_shapes_for_export
+
+    b, t = Dim("b", min=1, max=8), Dim("t", min=2, max=32)
+    shapes = ({0: b, 1: 4 * t}, {0: b, 1: t})
+    args = (torch.randn(2, 24), torch.randn(2, 6))
+    program = torch.export.export(Framed(), args, dynamic_shapes=shapes, strict=False)
+    settings = CompilationSettings(backend="onnxruntime", min_block_size=1)
+    until_build = PASSES[: PASSES.index(build_engine_blocks)]
+    gm = run_passes(program, "onnxruntime", "rewrite", until_build, settings)
+    dims = _dynamic_dims(gm.engine_0)
+    frames = dims[1][1]
+    assert dims[1][0] == dims[0][0] and dims[0][1] == f"4*{frames}", dims
+    wave_dims, feats_dims = dynamic_shapes_for_export(list(args), dims, gm.engine_0)
+    assert wave_dims[1].root is feats_dims[1] and (wave_dims[1].min, feats_dims[1].max) == (8, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed engine build would warn and fall back
+        compiled = tetrt_support.compile(program, backend="onnxruntime", min_block_size=1)
+    assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
+    for frames in (10, 2):
+        wave, feats = torch.randn(3, 4 * frames), torch.randn(3, frames)
+        torch.testing.assert_close(compiled(wave, feats), Framed()(wave, feats))

@@ -45,6 +45,20 @@ FOLDED_PREFIX = "_folded_constant"
 FOLDED_KEY = "tetrt_folded_constants"
 
 
+#: calls that switch a global mode (a retrace records ``with torch.no_grad()`` as two of them):
+#: not values, and running one while folding would fold the rest with grad mode switched
+_MODE_SWITCHES = (
+    torch._C._set_grad_enabled,
+    torch.autograd.grad_mode.set_grad_enabled,
+    torch.amp.autocast_mode._enter_autocast,
+    torch.amp.autocast_mode._exit_autocast,
+)
+
+
+def _is_mode_switch(node: fx.Node) -> bool:
+    return node.op == "call_function" and node.target in _MODE_SWITCHES
+
+
 def _is_mutating(node: fx.Node) -> bool:
     target = node.target
     return node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
@@ -68,7 +82,8 @@ def mutated_attributes(gm: fx.GraphModule) -> set[str]:
 
 
 class _Folder(ConstantFolder):
-    """``ConstantFolder`` that treats written buffers and mutating ops as unknown values."""
+    """``ConstantFolder`` that treats written buffers, mutating ops and grad-mode or
+    autocast switches as unknown values (none is run)."""
 
     def __init__(self, gm: fx.GraphModule, mutated: set[str]) -> None:
         super().__init__(gm, skip_constructors=False)
@@ -76,6 +91,8 @@ class _Folder(ConstantFolder):
 
     def run_node(self, node: fx.Node):  # type: ignore[no-untyped-def]
         if (node.op == "get_attr" and str(node.target) in self._mutated) or _is_mutating(node):
+            return self.unknown_value
+        if _is_mode_switch(node):
             return self.unknown_value
         return super().run_node(node)
 

@@ -28,6 +28,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from torch.utils import _pytree as pytree
 
+from tetrt_support.complex._inline import inline_grad_mode_wrappers
 from tetrt_support.complex.detect import is_complex_value, touches_complex
 
 __all__ = [
@@ -97,13 +98,27 @@ _ASSERTIONS = tuple(
 )
 
 
+#: torch's functions on symbolic scalars (``min(a.shape[-1], b.shape[-1])`` is ``sym_min``)
+_SYM_NAMES = (
+    "sym_min", "sym_max", "sym_float", "sym_int", "sym_not", "sym_ite", "sym_sum", "_sym_sqrt",
+)  # fmt: skip
+_SYM_FUNCTIONS = frozenset(
+    f for f in (getattr(torch, name, None) for name in _SYM_NAMES) if f is not None
+)
+
+
 def _is_size_arithmetic(node: fx.Node) -> bool:
-    """Python arithmetic on symbolic sizes (``operator.mul`` of two ``sym_size`` values...):
-    what export records for a size computed in Python, e.g. ``torch.arange(b * s)``."""
+    """Python arithmetic on symbolic sizes (``operator.mul`` of two ``sym_size`` values,
+    ``torch.sym_min`` of two lengths...): what export records for a size computed in Python,
+    e.g. ``torch.arange(b * s)``. It computes nothing on tensors, so it never splits a block."""
+    target = node.target
     return (
         node.op == "call_function"
-        and getattr(node.target, "__module__", None) in ("_operator", "operator", "torch.sym_float", "math")
-        and node.target is not operator.getitem
+        and (
+            target in _SYM_FUNCTIONS
+            or getattr(target, "__module__", None) in ("_operator", "operator", "math")
+        )
+        and target is not operator.getitem
         and isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
     )
 
@@ -141,6 +156,10 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
     """Small clean-ups so that block boundaries fall on tensors, as Torch-TensorRT's
     lowering passes do before it partitions:
 
+    - inline each ``torch.no_grad()`` region (``wrap_with_set_grad_enabled`` of a
+      submodule, in a program exported with grad on): no engine takes a higher-order op and
+      no fallback block holds one, so it ran in PyTorch between the blocks, uncounted, and the
+      sizes it took made a fallback block of ``sym_size`` reads (Xcodec2's semantic model);
     - drop export's run-time assertions (``_assert_tensor_metadata``, ``_assert_scalar``):
       they have no users and would otherwise form PyTorch blocks of their own;
     - ``aten.to`` to the dtype and device the tensor already has is the tensor itself,
@@ -149,6 +168,7 @@ def prepare_for_partitioning(gm: fx.GraphModule) -> None:
       block computes the sizes it needs from its tensor inputs: engines take and return
       tensors, not SymInts.
     """
+    inline_grad_mode_wrappers(gm)
     graph = gm.graph
     for node in list(graph.nodes):
         if _is_assertion(node) and not node.users:

@@ -33,6 +33,7 @@ from tetrt_support.compiler.configured_engine import (
     warn_unmatched_executed_ops,
 )
 from tetrt_support.compiler.engines import ENGINE_NAMES, Engine, get_engine
+from tetrt_support.compiler.engines.base import linear_in_one_symbol
 from tetrt_support.compiler.frontend import as_exported_program
 from tetrt_support.compiler.functionalize import functionalize_view_writes
 from tetrt_support.compiler.verify import check_engine_blocks, check_whole_program, keep_reference_blocks
@@ -200,8 +201,11 @@ def _dynamic_dims(block: fx.GraphModule) -> list[dict[int, str]]:
     """Per block input: the dims whose recorded size is a free symbol, named after it.
 
     One name per symbol, so dims that export proved equal stay equal in the engine. A dim
-    whose size is an expression of symbols (``b * s`` after a flatten) gets a name of its
-    own: it stays dynamic in the engine instead of being fixed to its example size.
+    whose size is ``a*s + b`` in one symbol (a wave of ``4 * frames`` samples) is named by
+    that expression, so the engine keeps it tied to ``s``
+    (:func:`~tetrt_support.compiler.engines.base.dynamic_shapes_for_export`); any other
+    expression of symbols (``b * s`` after a flatten) gets a name of its own: it stays
+    dynamic in the engine instead of being fixed to its example size.
     """
     dims = []
     for index, ph in enumerate(n for n in block.graph.nodes if n.op == "placeholder"):
@@ -211,7 +215,11 @@ def _dynamic_dims(block: fx.GraphModule) -> list[dict[int, str]]:
             for i, size in enumerate(val.shape):
                 if not isinstance(size, torch.SymInt) or not size.node.expr.free_symbols:
                     continue
-                entry[i] = str(size.node.expr) if size.node.expr.is_Symbol else f"derived_{index}_{i}"
+                expr = size.node.expr
+                if expr.is_Symbol or linear_in_one_symbol(expr) is not None:
+                    entry[i] = str(expr)
+                else:
+                    entry[i] = f"derived_{index}_{i}"
         dims.append(entry)
     return dims
 

@@ -55,6 +55,7 @@ __all__ = [
     "check_whole_program",
     "compare_outputs",
     "keep_reference_blocks",
+    "reference_copy",
     "relative_tolerance",
 ]
 
@@ -111,10 +112,42 @@ def tie_dependent_outputs(block: fx.GraphModule) -> frozenset[int]:
     return frozenset(i for i, out in enumerate(outputs) if isinstance(out, fx.Node) and out in tainted)
 
 
+def reference_copy(block: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``block`` that an engine build cannot change, for the check.
+
+    ``copy.deepcopy`` refuses a tensor that is not a graph leaf (a weight-normed weight
+    computed with grad on, a constant folded from it): such a tensor is copied detached
+    (same values, same ``requires_grad``), everything else as deepcopy copies it.
+    """
+    memo: dict[int, Any] = {}
+    for module in block.modules():
+        tensors = (*module._parameters.values(), *module._buffers.values(), *vars(module).values())
+        for value in tensors:
+            if isinstance(value, torch.Tensor) and not value.is_leaf and id(value) not in memo:
+                memo[id(value)] = value.detach().clone().requires_grad_(value.requires_grad)
+    return copy.deepcopy(block, memo)
+
+
 def keep_reference_blocks(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
-    """A PyTorch copy of each engine block, for :func:`check_engine_blocks` (a pass)."""
-    if getattr(ctx.settings, "check_engine_blocks", True):
-        gm.meta[_REFERENCES_KEY] = {name: copy.deepcopy(gm.get_submodule(name)) for name in _engine_blocks(gm)}
+    """A PyTorch copy of each engine block, for :func:`check_engine_blocks` (a pass).
+
+    A block that cannot be copied is not checked, with a warning naming it and why: the
+    check guards a compile and must never be what breaks it (the whole-program check still
+    runs).
+    """
+    if not getattr(ctx.settings, "check_engine_blocks", True):
+        return gm
+    references = {}
+    for name in _engine_blocks(gm):
+        try:
+            references[name] = reference_copy(gm.get_submodule(name))
+        except Exception as error:  # noqa: BLE001 - any failure to copy only skips the check
+            warnings.warn(
+                f"engine block {name} is not checked against PyTorch block by block: its graph "
+                f"could not be copied ({type(error).__name__}: {error})",
+                stacklevel=2,
+            )
+    gm.meta[_REFERENCES_KEY] = references
     return gm
 
 

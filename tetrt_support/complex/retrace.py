@@ -92,6 +92,7 @@ def _adopt_graph(gm: fx.GraphModule, traced: fx.GraphModule, had_guards: bool) -
     """Move ``traced``'s graph into ``gm``: tensors that make_fx captured as
     ``_param_constantN``/``_tensor_constantN`` are read from their original names."""
     graph = traced.graph
+    _drop_grad_mode_switches(graph)
     names = tensor_names_by_identity(gm)
     for node in graph.find_nodes(op="get_attr"):
         value = getattr(traced, str(node.target))
@@ -108,6 +109,17 @@ def _adopt_graph(gm: fx.GraphModule, traced: fx.GraphModule, had_guards: bool) -
         with graph.inserting_after(placeholders[-1]):
             graph.call_module(GUARDS_FN, tuple(placeholders))
     gm.recompile()
+
+
+def _drop_grad_mode_switches(graph: fx.Graph) -> None:
+    """make_fx (``pre_dispatch=True``) records a ``with torch.no_grad()`` region of the
+    program as ``_set_grad_enabled(False)`` ... ``_set_grad_enabled(<mode while tracing>)``:
+    the second would leave grad mode ON in a caller that runs the module under no_grad.
+    Both go, as :mod:`~tetrt_support.complex._inline` drops a wrapper's switch: lowering is
+    for inference, where grad mode changes no number."""
+    for node in list(graph.find_nodes(op="call_function", target=torch._C._set_grad_enabled)):
+        if not node.users:
+            graph.erase_node(node)
 
 
 def _fresh_name(gm: fx.GraphModule, base: str) -> str:

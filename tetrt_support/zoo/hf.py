@@ -12,7 +12,13 @@ dynamic. Where complex numbers enter (found by :mod:`tetrt_support.zoo.discover`
   ``use_tpu_fourier_optimizations``, a complex ``einsum`` with DFT matrices;
 - ``autoformer``: auto-correlation by ``rfft``, ``conj``, complex ``mul`` and ``irfft``;
 - ``wavtokenizer``, ``xcodec2``, ``neucodec``: the vocoder's ISTFT head, ``torch.polar`` then
-  ``irfft``, reached through the model's ``decode(audio_codes)`` (:class:`CodecDecoder`).
+  ``irfft``, reached through the model's ``decode(audio_codes)`` (:class:`CodecDecoder`);
+  ``xcodec2_model`` and ``neucodec_model`` are the whole models as users call them,
+  ``model(input_values=wave, input_features=features)``: encode (weight-normed convolutions,
+  the semantic model under ``no_grad``), quantize, decode. WavTokenizer's whole forward does
+  not export (its encoder pads by amounts it computes from tensor buffers: torch.export raises
+  ``GuardOnDataDependentSymNode``), nor does NeuCodec's with a dynamic length (it truncates
+  to ``int(length * 1.5)``, which export specialises); both are shown by tests.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["HF_FAMILIES", "CodecDecoder", "HFFamily", "build_family", "export_family", "family_inputs"]
+__all__ = [
+    "CODEC_HOP", "HF_FAMILIES", "CodecDecoder", "HFFamily",
+    "build_family", "export_family", "family_inputs",
+]  # fmt: skip
 
 
 def _transformers() -> Any:
@@ -157,11 +166,12 @@ def _wavtokenizer(t: Any) -> nn.Module:
     return CodecDecoder(t.WavTokenizerModel(config))
 
 
-def _xcodec(config_name: str, model_name: str) -> Callable[[Any], nn.Module]:
+def _xcodec(config_name: str, model_name: str, **extra: Any) -> Callable[[Any], nn.Module]:
     def make(t: Any) -> nn.Module:
         semantic = {"model_type": "wav2vec2-bert", "hidden_size": 16, "num_hidden_layers": 1,
                     "num_attention_heads": 2, "intermediate_size": 32, "output_hidden_size": 16}  # fmt: skip
         config = getattr(t, config_name)(
+            **extra,
             hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
             num_key_value_heads=2, head_dim=16, encoder_hidden_size=4, downsampling_ratios=[2, 2],
             quantization_dim=48,  # = hidden_size + the semantic model's hidden size
@@ -170,6 +180,33 @@ def _xcodec(config_name: str, model_name: str) -> Callable[[Any], nn.Module]:
         return CodecDecoder(getattr(t, model_name)(config))
 
     return make
+
+
+def _codec_model(config_name: str, model_name: str) -> Callable[[Any], nn.Module]:
+    # The same tiny codec, its whole forward. With the default initializer_range (0.02) the
+    # encoder's output is too small to leave the quantizer's centre: every code the same,
+    # zero latents, silence out, and a comparison with eager that shows nothing.
+    decoder_only = _xcodec(config_name, model_name, initializer_range=0.5)
+    return lambda t: decoder_only(t).codec
+
+
+def _wave_and_features(
+    model: nn.Module, batch: int, seq: int, g: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """``seq`` frames: a wave of ``seq * hop_length`` samples and ``seq`` feature vectors."""
+    features = model.config.semantic_model_config.feature_projection_input_dim
+    return {
+        "input_values": torch.randn(batch, 1, seq * model.hop_length, generator=g),
+        "input_features": torch.randn(batch, seq, features, generator=g),
+    }
+
+
+#: the encoders' hop in samples per frame: the product of the recipe's downsampling_ratios
+CODEC_HOP = 4
+
+
+def _wave_and_features_dynamic(b: Any, s: Any) -> dict[str, Any]:
+    return {"input_values": {0: b, 2: CODEC_HOP * s}, "input_features": {0: b, 1: s}}
 
 
 def _batch_seq(*names: str) -> Callable[[Any, Any], dict[str, Any]]:
@@ -194,6 +231,18 @@ HF_FAMILIES: dict[str, HFFamily] = {
         HFFamily("wavtokenizer", "wavtokenizer", "WavTokenizerModel.decode, ISTFT head", _wavtokenizer, _codes(32), _codes_dynamic, seq=6),
         HFFamily("xcodec2", "xcodec2", "Xcodec2Model.decode, ISTFT head", _xcodec("Xcodec2Config", "Xcodec2Model"), _codes(16), _codes_dynamic, seq=6),
         HFFamily("neucodec", "neucodec", "NeuCodecModel.decode, ISTFT head", _xcodec("NeuCodecConfig", "NeuCodecModel"), _codes(16), _codes_dynamic, seq=6),
+        HFFamily(
+            "xcodec2_model", "xcodec2",
+            "Xcodec2Model(input_values, input_features): encode, decode",
+            _codec_model("Xcodec2Config", "Xcodec2Model"), _wave_and_features,
+            _wave_and_features_dynamic, seq=6,
+        ),
+        HFFamily(  # batch only: export specialises its length (int(length * 1.5) in its forward)
+            "neucodec_model", "neucodec",
+            "NeuCodecModel(input_values, input_features): encode, decode",
+            _codec_model("NeuCodecConfig", "NeuCodecModel"), _wave_and_features,
+            lambda b, s: {"input_values": {0: b}, "input_features": {0: b}}, seq=6,
+        ),
     )
 }
 

@@ -166,6 +166,11 @@ class _Dim:
     def __repr__(self) -> str:
         return self.name
 
+    def __rmul__(self, factor: int) -> _Dim:  # a derived dim: a codec's wave, hop * frames
+        return _Dim(f"{factor}*{self.name}")
+
+    __mul__ = __rmul__
+
 
 # ------------------------------------------------------------------------------ tables
 def _blocks(row: dict[str, Any]) -> str:

@@ -36,13 +36,37 @@ __all__ = [
     "dynamic_shapes_for_export",
     "is_int_input",
     "is_complex_work",
+    "linear_in_one_symbol",
     "keep_scalars_0d",
     "scalar_outputs",
     "standalone_block",
 ]
 
 # dynamic_dims[i] maps a dim index of input i to a symbol name; one name = one symbol.
+# A name of the form "a*s + b" (integers a, b; one symbol s) is a dim derived from s.
 DynamicDims = list[dict[int, str]]
+
+
+def linear_in_one_symbol(expr: Any) -> tuple[sympy.Symbol, int, int] | None:
+    """``(s, a, b)`` if ``expr`` is ``a*s + b`` with integers ``a >= 1`` and ``b``, else None."""
+    if not isinstance(expr, sympy.Expr) or len(expr.free_symbols) != 1:
+        return None
+    (symbol,) = expr.free_symbols
+    a, b = expr.coeff(symbol, 1), expr.coeff(symbol, 0)
+    if not (a.is_Integer and b.is_Integer and a >= 1) or sympy.expand(a * symbol + b - expr) != 0:
+        return None
+    return symbol, int(a), int(b)
+
+
+def _derived(name: str) -> tuple[str, int, int] | None:
+    """``(root name, a, b)`` for a dim named ``"a*s + b"``; None for a plain name."""
+    if name.isidentifier():
+        return None
+    try:
+        found = linear_in_one_symbol(sympy.sympify(name))
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    return None if found is None else (str(found[0]), found[1], found[2])
 
 _aten = torch.ops.aten
 # Ops whose whole point is a complex value: no engine without complex dtypes takes them,
@@ -80,8 +104,11 @@ def _finite_int(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, sympy.Integer)) else None
 
 
-def _recorded_bounds(block: fx.GraphModule | None, index: int, dim: int) -> tuple[int | None, int | None]:
-    """The (min, max) the block's trace proved for input ``index``'s ``dim``, if it recorded one.
+def _recorded_bounds(
+    block: fx.GraphModule | None, index: int, dim: int, root: bool = False
+) -> tuple[int | None, int | None]:
+    """The (min, max) the block's trace proved for input ``index``'s ``dim``, if it recorded one
+    (``root=True``: for the symbol the dim's size is derived from).
 
     A block cut from an exported program inherits its ranges (e.g. ``seq <= 256`` because a
     rotary table has 256 rows); exporting the block without them fails with a constraint
@@ -94,7 +121,13 @@ def _recorded_bounds(block: fx.GraphModule | None, index: int, dim: int) -> tupl
     size = val.shape[dim] if isinstance(val, torch.Tensor) and -val.dim() <= dim < val.dim() else None
     if not isinstance(size, torch.SymInt):
         return None, None
-    bounds = size.node.shape_env.bound_sympy(size.node.expr)
+    expr = size.node.expr
+    if root:
+        found = linear_in_one_symbol(expr)
+        if found is None:
+            return None, None
+        expr = found[0]
+    bounds = size.node.shape_env.bound_sympy(expr)
     return _finite_int(bounds.lower), _finite_int(bounds.upper)
 
 
@@ -105,7 +138,9 @@ def dynamic_shapes_for_export(
 
     Reusing one ``Dim`` for one name tells export the dims are equal; its bounds are the
     ones ``block``'s metadata recorded for that symbol, if any. torch.export specializes
-    sizes 0 and 1, so an example input must be at least 2 along a dynamic dim. An int
+    sizes 0 and 1, so an example input must be at least 2 along a dynamic dim. A name
+    ``"a*s + b"`` becomes ``Dim(s) * a + b`` (a derived dim, tied to every other use of
+    ``s``: a wave of ``hop * frames`` samples beside its ``frames`` features). An int
     input (a size the block receives) is always ``Dim.DYNAMIC``.
     """
     ints = [is_int_input(x) for x in example_inputs]
@@ -132,6 +167,15 @@ def dynamic_shapes_for_export(
                     f"size {x.shape[dim]} there; torch.export specializes sizes 0 and 1: use an "
                     f"example of size >= 2"
                 )
+            derived = _derived(name)
+            if derived is not None:  # a*s + b: export relates it to s (and to other uses of s)
+                root, a, b = derived
+                if root not in symbols:
+                    low, high = _recorded_bounds(block, i, dim, root=True)
+                    bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
+                    symbols[root] = torch.export.Dim(root, **bounds)
+                entry[dim % x.dim()] = symbols[root] * a + b if a != 1 else symbols[root] + b
+                continue
             if name not in symbols:
                 low, high = _recorded_bounds(block, i, dim)
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}

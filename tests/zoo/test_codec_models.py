@@ -1,0 +1,112 @@
+"""The audio codecs' whole forward, as users call it: ``model(input_values=wave,
+input_features=features)`` encodes (weight-normed convolutions, a semantic model under
+``no_grad``), quantizes and decodes. Exported with grad mode on, as users export, then
+compiled with either strategy, static and dynamic: one engine block, eager's numbers."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.export import Dim
+
+import tetrt_support
+from tetrt_support.zoo import hf
+from tetrt_support.zoo.sweep import max_relative_error
+
+CODECS = ("xcodec2_model", "neucodec_model")
+STRATEGIES = ("rewrite", "retrace")
+TOLERANCE = 1e-4  # as the Hugging Face family tests and the sweep
+
+
+class Codec:
+    """One tiny codec and its programs, exported once per test module."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.model = hf.build_family(name)
+        self.inputs = hf.family_inputs(name, self.model)
+        family = hf.HF_FAMILIES[name]
+        shapes = family.dynamic(Dim("batch", min=1, max=16), Dim("seq", min=2, max=family.max_seq))
+        # grad mode on, as a user exports: the weight norms are computed with autograd
+        self.programs = {
+            False: torch.export.export(self.model, (), self.inputs, strict=False),
+            True: torch.export.export(
+                self.model, (), self.inputs, dynamic_shapes=shapes, strict=False
+            ),
+        }
+        length_is_dynamic = "seq" in str(family.dynamic("batch", "seq"))
+        seq = family.seq + 3 if length_is_dynamic else family.seq
+        self.other = hf.family_inputs(name, self.model, batch=3, seq=seq, seed=1)
+
+
+@pytest.fixture(scope="module", params=CODECS)
+def codec(request: pytest.FixtureRequest) -> Codec:
+    return Codec(request.param)
+
+
+def _same_outputs(expected: Any, actual: Any) -> None:
+    assert type(actual) is type(expected) and list(actual.keys()) == list(expected.keys())
+    assert max_relative_error(expected, actual) < TOLERANCE
+    assert torch.equal(actual.audio_codes, expected.audio_codes)
+
+
+def test_the_codec_recipes_are_the_whole_models_with_the_hop_the_dynamic_dims_use() -> None:
+    for name in CODECS:
+        model = hf.build_family(name)
+        assert type(model).__name__ in ("Xcodec2Model", "NeuCodecModel") and not model.training
+        assert model.hop_length == hf.CODEC_HOP
+        inputs = hf.family_inputs(name, model)
+        assert set(inputs) == {"input_values", "input_features"}
+        assert inputs["input_values"].shape[-1] == hf.CODEC_HOP * inputs["input_features"].shape[1]
+
+
+@pytest.mark.parametrize("dynamic", (False, True), ids=("static", "dynamic"))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword(
+    codec: Codec, strategy: str, dynamic: bool
+) -> None:
+    program = codec.programs[dynamic]
+    before = {k: v.clone() for k, v in program.state_dict.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # exporter notices; a failed build shows in the summary
+        compiled = tetrt_support.compile(program, backend="onnxruntime", strategy=strategy)
+    assert compiled.blocks_summary() == "1 engine block, 0 fallback blocks"
+    assert all(torch.equal(v, before[k]) for k, v in program.state_dict.items())  # unchanged
+    with torch.no_grad():
+        _same_outputs(codec.model(**codec.inputs), compiled(**codec.inputs))
+        if dynamic:
+            _same_outputs(codec.model(**codec.other), compiled(**codec.other))
+        assert not torch.is_grad_enabled()  # the semantic model's no_grad region left no switch
+
+
+def test_neucodec_with_a_dynamic_length_is_refused_by_torch_export_itself() -> None:
+    """Upstream: NeuCodec's forward truncates its output to ``int(length * 1.5)`` (output over
+    input sampling rate), a float of the length that export specialises: only the batch is
+    dynamic in the zoo."""
+    model = hf.build_family("neucodec_model")
+    inputs = hf.family_inputs("neucodec_model", model)
+    t = Dim("t", min=2, max=32)
+    shapes = {"input_values": {2: hf.CODEC_HOP * t}, "input_features": {1: t}}
+    with pytest.raises(Exception, match=r"Constraints violated \(t\)") as raised:
+        torch.export.export(model, (), inputs, dynamic_shapes=shapes, strict=False)
+    assert "specialized value of 6" in str(raised.value)
+
+
+def test_wavtokenizer_whole_forward_does_not_export_upstream() -> None:
+    """Upstream: WavTokenizer's encoder convolution keeps its stride and kernel size as tensor
+    buffers and pads by amounts computed from them; ``_pad1d`` then branches on
+    ``length <= max(left, right)``, a data-dependent guard export cannot decide. The smallest
+    repro is one such convolution, static shapes; the whole ``WavTokenizerModel(input_values=...)``
+    stops at the same line. When torch (or transformers) lifts it, this test fails: add
+    ``wavtokenizer_model`` to the zoo then."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    codec = hf.build_family("wavtokenizer").codec
+    conv = next(m for m in codec.modules() if type(m).__name__ == "WavTokenizerConv1d")
+    x = torch.randn(2, conv.conv.in_channels, 16)
+    match = r"data-dependent expression Eq\(u\d+, 1\)"
+    with pytest.raises(GuardOnDataDependentSymNode, match=match):
+        torch.export.export(conv, (x,), strict=False)
