@@ -1,22 +1,86 @@
-"""The inductor engine: ``torch.compile(block, backend="inductor")``, compiled on first call.
+"""The inductor engine: the block's ATen graph compiled by inductor, on first call, without Dynamo.
 
-The compiled callable is never pickled: the module pickles its block and recompiles
+The block is handed to ``torch._inductor.compile_fx.compile_fx`` (what Dynamo's
+``"inductor"`` backend calls) with fake example inputs, not to ``torch.compile``: a
+``torch.compile`` inside a block would need Dynamo, and Dynamo skips a frame it is asked
+to compile while it is compiling another one, so the ``"tetrt"`` torch.compile backend
+(which builds and checks blocks while Dynamo compiles the caller's frame) could never use
+this engine. Dynamo's part that is still needed is done here:
+
+- dims named in ``dynamic_dims`` (and int inputs: sizes made outside the block) are
+  symbolic in the fake inputs, so one compiled graph serves every size; sizes 0 and 1
+  are not made symbolic (inductor specializes them, as Dynamo's ``maybe_mark_dynamic``);
+- every compiled graph keeps the shape guards inductor recorded while compiling and the
+  static facts of its inputs (dtypes, devices, static sizes and strides, grad mode); a
+  call that matches no compiled graph compiles another one.
+
+The compiled graphs are never pickled: the module pickles its block and recompiles
 lazily after loading (inductor's own on-disk cache makes that cheap when it is warm).
-Dims named in ``dynamic_dims`` are marked with ``torch._dynamo.maybe_mark_dynamic`` on
-every call, so one compiled graph serves every batch/sequence size; ``maybe_`` because
-size 0/1 inputs are specialized instead of raising.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
-from tetrt_support.compiler.engines.base import DynamicDims, Engine, standalone_block
+from tetrt_support.compiler.engines.base import DynamicDims, Engine, is_int_input, standalone_block
 
 __all__ = ["InductorBlock", "InductorEngine"]
+
+
+@dataclass
+class _Compiled:
+    """One compiled graph and the inputs it was compiled for."""
+
+    key: tuple[Any, ...]
+    shape_env: Any
+    guards: str | None  # ShapeEnv.produce_guards_expression over the fake inputs
+    run: Any
+
+
+def _static_key(inputs: tuple[Any, ...], dynamic: list[set[int]]) -> tuple[Any, ...]:
+    """What a compiled graph is specialised to beyond its shape guards."""
+    key: list[Any] = [torch.is_grad_enabled()]
+    for x, dims in zip(inputs, dynamic):
+        if is_int_input(x):
+            key.append("int")
+        elif isinstance(x, torch.Tensor):
+            sizes = tuple(None if d in dims else s for d, s in enumerate(x.shape))
+            strides = x.stride() if not dims else x.is_contiguous()
+            key.append((x.dtype, x.device, x.requires_grad, sizes, strides))
+        else:
+            key.append(type(x))
+    return tuple(key)
+
+
+def _fake_inputs(inputs: tuple[Any, ...], dynamic: list[set[int]]) -> tuple[Any, list[Any]]:
+    """A fresh fake mode and ShapeEnv, and ``inputs`` as fake values with symbolic dims."""
+    from torch._dynamo.source import ConstantSource, LocalSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    shape_env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=shape_env)
+    fakes: list[Any] = []
+    for i, (x, dims) in enumerate(zip(inputs, dynamic)):
+        if is_int_input(x):
+            symbol = shape_env.create_symbol(x, ConstantSource(f"int{i}"), DimDynamic.DYNAMIC)
+            fakes.append(shape_env.create_symintnode(symbol, hint=x, source=ConstantSource(f"int{i}")))
+        elif isinstance(x, torch.Tensor):
+            sizes = [
+                DimDynamic.DYNAMIC if d in dims and x.shape[d] > 1 else DimDynamic.STATIC
+                for d in range(x.dim())
+            ]
+            context = StatelessSymbolicContext(dynamic_sizes=sizes)
+            fakes.append(mode.from_tensor(x, source=LocalSource(f"input{i}"), symbolic_context=context))
+        else:
+            fakes.append(x)
+    return mode, fakes
 
 
 class InductorBlock(torch.nn.Module):
@@ -24,29 +88,70 @@ class InductorBlock(torch.nn.Module):
         super().__init__()
         self.block = block
         self.dynamic_dims = [dict(d) for d in dynamic_dims] if dynamic_dims else None
-        # Kept out of _modules (it wraps self.block: state_dict would list the weights twice).
-        self.__dict__["_compiled"] = None
+        # Kept out of _modules (each wraps self.block: state_dict would list the weights twice).
+        self.__dict__["_compiled"] = []
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_compiled"] = None  # recompiled lazily after unpickling
+        state["_compiled"] = []  # recompiled lazily after unpickling
         return state
 
-    def _compile(self, inputs: tuple[Any, ...]) -> Any:
-        if self._compiled is None:
-            # an int input (a size made outside the block) must not stay specialised to its
-            # first value: dynamic=None lets dynamo make it symbolic when it changes
-            takes_ints = any(isinstance(x, int) for x in inputs)
-            dynamic = None if self.dynamic_dims or takes_ints else False
-            self.__dict__["_compiled"] = torch.compile(self.block, backend="inductor", dynamic=dynamic, fullgraph=True)
-        return self._compiled
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_compiled", [])
+        if state["_compiled"] is None:  # pickled before the compiled graphs were a list
+            state["_compiled"] = []
+        self.__dict__.update(state)
 
-    def forward(self, *inputs: torch.Tensor):
-        compiled = self._compile(inputs)
-        for x, dims in zip(inputs, self.dynamic_dims or ()):
-            for dim in dims:
-                torch._dynamo.maybe_mark_dynamic(x, dim)
-        return compiled(*inputs)
+    @property
+    def compiled_graphs(self) -> int:
+        """How many graphs inductor has compiled for this block (one per shape family)."""
+        return len(self._compiled)
+
+    def _dynamic(self, inputs: tuple[Any, ...]) -> list[set[int]]:
+        given = self.dynamic_dims or [{} for _ in inputs]
+        return [{d % x.dim() for d in dims} if isinstance(x, torch.Tensor) and x.dim() else set()
+                for x, dims in zip(inputs, given)]
+
+    def _find(self, inputs: tuple[Any, ...], key: tuple[Any, ...]) -> _Compiled | None:
+        for entry in self._compiled:
+            if entry.key != key:
+                continue
+            if entry.guards is None or entry.shape_env.evaluate_guards_expression(entry.guards, list(inputs)):
+                return entry
+        return None
+
+    def _compile(self, inputs: tuple[Any, ...]) -> _Compiled:
+        from torch._inductor.compile_fx import compile_fx
+
+        dynamic = self._dynamic(inputs)
+        key = _static_key(inputs, dynamic)
+        found = self._find(inputs, key)
+        if found is not None:
+            return found
+        mode, fakes = _fake_inputs(inputs, dynamic)
+        # compile_fx takes ownership of (and may change) the module it compiles: a copy,
+        # sharing the weights. No ambient tracing context: the fake mode is this one.
+        graph_module = fx.GraphModule(self.block, copy.deepcopy(self.block.graph))
+        with torch._guards.tracing(torch._guards.TracingContext(mode)):
+            run = compile_fx(graph_module, fakes)
+        guards = mode.shape_env.produce_guards_expression(fakes)  # block inputs: tensors and ints
+        entry = _Compiled(key, mode.shape_env, guards, run)
+        self._compiled.append(entry)
+        return entry
+
+    def _output_spec(self) -> pytree.TreeSpec:
+        codegen = self.block.graph._codegen
+        info = getattr(codegen, "pytree_info", None)
+        if info is not None and info.out_spec is not None:
+            return info.out_spec
+        return pytree.tree_structure(self.block.graph.output_node().args[0])
+
+    def forward(self, *inputs: Any) -> Any:
+        outputs = self._compile(inputs).run(*inputs)
+        spec = self._output_spec()  # inductor returns a flat list: the block's structure again
+        if spec.is_leaf():
+            return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        return pytree.tree_unflatten(list(outputs), spec)
 
     def as_pytorch(self) -> fx.GraphModule:
         """The graph it compiles (with the weights it computes with)."""
