@@ -213,7 +213,8 @@ def test_backend_by_name_with_the_inductor_engine_compiles_the_block_with_induct
     monkeypatch.setattr(backend_module, "_compile_graph", recording)
     torch._dynamo.reset()
     model, x = SmallMLP().eval(), torch.randn(2, 4)
-    options = {"backend": "inductor", "min_block_size": 1, "pass_through_build_failures": pass_through}
+    options = {"backend": "inductor", "min_block_size": 1,
+               "pass_through_build_failures": pass_through}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error")  # a graph or block that fell back to PyTorch would warn
         out = torch.compile(model, backend="tetrt", options=options)(x)

@@ -69,15 +69,17 @@ def _fake_inputs(inputs: tuple[Any, ...], dynamic: list[set[int]]) -> tuple[Any,
     fakes: list[Any] = []
     for i, (x, dims) in enumerate(zip(inputs, dynamic)):
         if is_int_input(x):
-            symbol = shape_env.create_symbol(x, ConstantSource(f"int{i}"), DimDynamic.DYNAMIC)
-            fakes.append(shape_env.create_symintnode(symbol, hint=x, source=ConstantSource(f"int{i}")))
+            source = ConstantSource(f"int{i}")
+            symbol = shape_env.create_symbol(x, source, DimDynamic.DYNAMIC)
+            fakes.append(shape_env.create_symintnode(symbol, hint=x, source=source))
         elif isinstance(x, torch.Tensor):
             sizes = [
                 DimDynamic.DYNAMIC if d in dims and x.shape[d] > 1 else DimDynamic.STATIC
                 for d in range(x.dim())
             ]
             context = StatelessSymbolicContext(dynamic_sizes=sizes)
-            fakes.append(mode.from_tensor(x, source=LocalSource(f"input{i}"), symbolic_context=context))
+            source = LocalSource(f"input{i}")
+            fakes.append(mode.from_tensor(x, source=source, symbolic_context=context))
         else:
             fakes.append(x)
     return mode, fakes
@@ -116,7 +118,8 @@ class InductorBlock(torch.nn.Module):
         for entry in self._compiled:
             if entry.key != key:
                 continue
-            if entry.guards is None or entry.shape_env.evaluate_guards_expression(entry.guards, list(inputs)):
+            guards, env = entry.guards, entry.shape_env
+            if guards is None or env.evaluate_guards_expression(guards, list(inputs)):
                 return entry
         return None
 
@@ -165,6 +168,9 @@ class InductorEngine(Engine):
     name = "inductor"
 
     def build_block(
-        self, block: fx.GraphModule, example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None
+        self,
+        block: fx.GraphModule,
+        example_inputs: list[torch.Tensor],
+        dynamic_dims: DynamicDims | None,
     ) -> torch.nn.Module:
         return InductorBlock(standalone_block(block), dynamic_dims)
