@@ -12,7 +12,10 @@ this engine. Dynamo's part that is still needed is done here:
   are not made symbolic (inductor specializes them, as Dynamo's ``maybe_mark_dynamic``);
 - every compiled graph keeps the shape guards inductor recorded while compiling and the
   static facts of its inputs (dtypes, devices, static sizes and strides, grad mode); a
-  call that matches no compiled graph compiles another one.
+  call that matches no compiled graph compiles another one;
+- the block's weights (its tensor attributes) are inputs of the compiled graph, read from
+  the block at every call, as Dynamo passes a module's parameters: a refit that replaces
+  them is seen, and inductor bakes no copy of them into its code.
 
 The compiled graphs are never pickled: the module pickles its block and recompiles
 lazily after loading (inductor's own on-disk cache makes that cheap when it is warm).
@@ -41,6 +44,50 @@ class _Compiled:
     shape_env: Any
     guards: str | None  # ShapeEnv.produce_guards_expression over the fake inputs
     run: Any
+
+
+def _attribute(module: torch.nn.Module, target: str) -> Any:
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _weight_names(block: fx.GraphModule) -> list[str]:
+    """The tensor attributes ``block``'s graph reads, in graph order, each once."""
+    names: list[str] = []
+    for node in block.graph.find_nodes(op="get_attr"):
+        if node.target not in names and isinstance(_attribute(block, node.target), torch.Tensor):
+            names.append(node.target)
+    return names
+
+
+def _weights_as_inputs(block: fx.GraphModule, names: list[str]) -> fx.GraphModule:
+    """A copy of ``block`` whose tensor attributes ``names`` are extra inputs after its
+    own, in that order; flat (plain codegen)."""
+    graph = copy.deepcopy(block.graph)
+    graph._codegen = fx.graph.CodeGen()
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    anchor = placeholders[-1] if placeholders else None
+    lifted: dict[str, fx.Node] = {}
+    for node in list(graph.find_nodes(op="get_attr")):
+        if node.target not in names:
+            continue
+        if node.target not in lifted:
+            if anchor is None:
+                with graph.inserting_before(next(iter(graph.nodes))):
+                    anchor = graph.placeholder(f"weight_{len(lifted)}")
+            else:
+                with graph.inserting_after(anchor):
+                    anchor = graph.placeholder(f"weight_{len(lifted)}")
+            anchor.meta.update(node.meta)
+            lifted[node.target] = anchor
+        node.replace_all_uses_with(lifted[node.target])
+        graph.erase_node(node)
+    if list(lifted) != names:
+        raise AssertionError(f"lifted {list(lifted)}, expected {names}")
+    graph.lint()
+    return fx.GraphModule(block, graph)
 
 
 def _static_key(inputs: tuple[Any, ...], dynamic: list[set[int]]) -> tuple[Any, ...]:
@@ -92,6 +139,7 @@ class InductorBlock(torch.nn.Module):
         self.dynamic_dims = [dict(d) for d in dynamic_dims] if dynamic_dims else None
         # Kept out of _modules (each wraps self.block: state_dict would list the weights twice).
         self.__dict__["_compiled"] = []
+        self.__dict__["_weights"] = _weight_names(block)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -99,10 +147,11 @@ class InductorBlock(torch.nn.Module):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault("_compiled", [])
-        if state["_compiled"] is None:  # pickled before the compiled graphs were a list
+        if state.get("_compiled") is None:  # pickled before the compiled graphs were a list
             state["_compiled"] = []
         self.__dict__.update(state)
+        if "_weights" not in state:
+            self.__dict__["_weights"] = _weight_names(self.block)
 
     @property
     def compiled_graphs(self) -> int:
@@ -123,24 +172,27 @@ class InductorBlock(torch.nn.Module):
                 return entry
         return None
 
-    def _compile(self, inputs: tuple[Any, ...]) -> _Compiled:
+    def _compile(self, inputs: tuple[Any, ...]) -> tuple[_Compiled, tuple[Any, ...]]:
+        """The compiled graph for ``inputs``, and the inputs to call it with (weights added)."""
         from torch._inductor.compile_fx import compile_fx
 
-        dynamic = self._dynamic(inputs)
-        key = _static_key(inputs, dynamic)
-        found = self._find(inputs, key)
+        weights = self._weights
+        flat = inputs + tuple(_attribute(self.block, name) for name in weights)
+        dynamic = self._dynamic(inputs) + [set() for _ in weights]
+        key = (tuple(weights), *_static_key(flat, dynamic))
+        found = self._find(flat, key)
         if found is not None:
-            return found
-        mode, fakes = _fake_inputs(inputs, dynamic)
-        # compile_fx takes ownership of (and may change) the module it compiles: a copy,
-        # sharing the weights. No ambient tracing context: the fake mode is this one.
-        graph_module = fx.GraphModule(self.block, copy.deepcopy(self.block.graph))
+            return found, flat
+        mode, fakes = _fake_inputs(flat, dynamic)
+        # compile_fx takes ownership of (and may change) the module it compiles: a fresh copy.
+        graph_module = _weights_as_inputs(self.block, weights)
+        # No ambient tracing context: the fake mode is this one, not a caller's.
         with torch._guards.tracing(torch._guards.TracingContext(mode)):
             run = compile_fx(graph_module, fakes)
         guards = mode.shape_env.produce_guards_expression(fakes)  # block inputs: tensors and ints
         entry = _Compiled(key, mode.shape_env, guards, run)
         self._compiled.append(entry)
-        return entry
+        return entry, flat
 
     def _output_spec(self) -> pytree.TreeSpec:
         codegen = self.block.graph._codegen
@@ -150,7 +202,8 @@ class InductorBlock(torch.nn.Module):
         return pytree.tree_structure(self.block.graph.output_node().args[0])
 
     def forward(self, *inputs: Any) -> Any:
-        outputs = self._compile(inputs).run(*inputs)
+        entry, flat = self._compile(inputs)
+        outputs = entry.run(*flat)
         spec = self._output_spec()  # inductor returns a flat list: the block's structure again
         if spec.is_leaf():
             return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
