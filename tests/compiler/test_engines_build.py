@@ -79,6 +79,22 @@ def test_inductor_compiles_once_for_two_sizes(block_cases):
     assert loaded.compiled_graphs == 0  # recompiled on first call, never pickled
 
 
+def test_inductor_block_takes_an_int_input_of_any_value_with_one_graph():
+    """An int input (a size made outside the block) is a symbol, 0 and 1 included: never a
+    constant baked into the code (and, with inductor's on-disk caches off, never served a
+    graph compiled for another value)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, n):
+        return x.sin() * n + 1
+
+    x = torch.randn(3, 2)
+    module = get_engine("inductor").build(make_fx(fn, tracing_mode="symbolic")(x, 3), [x, 3])
+    for n in (3, 5, 1, 0, 7):
+        torch.testing.assert_close(module(x, n), fn(x, n))
+    assert module.compiled_graphs == 1
+
+
 def test_inductor_block_compiles_without_dynamo(block_cases):
     """No nested torch.compile: Dynamo sees no frame, so the block also builds while Dynamo
     compiles another frame (the "tetrt" torch.compile backend, tests/compiler/test_backend.py)."""

@@ -18,7 +18,11 @@ this engine. Dynamo's part that is still needed is done here:
   them is seen, and inductor bakes no copy of them into its code.
 
 The compiled graphs are never pickled: the module pickles its block and recompiles
-lazily after loading (inductor's own on-disk cache makes that cheap when it is warm).
+lazily after loading. Inductor's on-disk caches (its FX graph cache and AOTAutograd's) are
+off for these compiles: in a cache shared with other processes, a lookup that passed
+its guards once served code that gave wrong values for an int input of 1 (seen
+intermittently here, not reproduced with a fresh cache), and a fresh compile of a block
+is seconds.
 """
 
 from __future__ import annotations
@@ -41,9 +45,19 @@ class _Compiled:
     """One compiled graph and the inputs it was compiled for."""
 
     key: tuple[Any, ...]
-    shape_env: Any
-    guards: str | None  # ShapeEnv.produce_guards_expression over the fake inputs
+    guards: Any  # ShapeEnv.produce_guards_expression over the fake inputs, compiled; or None
     run: Any
+
+    def applies(self, key: tuple[Any, ...], inputs: tuple[Any, ...]) -> bool:
+        """Whether this graph serves ``inputs`` (ShapeEnv.evaluate_guards_expression's test)."""
+        if key != self.key:
+            return False
+        if self.guards is None:
+            return True
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        local = {"L": {f"t{i}": x for i, x in enumerate(inputs)}}
+        return bool(eval(self.guards, SYMPY_INTERP, local))  # noqa: S307 - torch's own guard code
 
 
 def _attribute(module: torch.nn.Module, target: str) -> Any:
@@ -111,7 +125,10 @@ def _fake_inputs(inputs: tuple[Any, ...], dynamic: list[set[int]]) -> tuple[Any,
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-    shape_env = ShapeEnv()
+    # An int input of 0 or 1 stays a symbol too: made a constant, it would be baked into the
+    # code while inductor's on-disk cache keys the graph without its value, so a graph
+    # compiled for 0 could be served for 1.
+    shape_env = ShapeEnv(specialize_zero_one=False)
     mode = FakeTensorMode(shape_env=shape_env)
     fakes: list[Any] = []
     for i, (x, dims) in enumerate(zip(inputs, dynamic)):
@@ -144,6 +161,7 @@ class InductorBlock(torch.nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_compiled"] = []  # recompiled lazily after unpickling
+        state.pop("_out_spec", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -164,13 +182,7 @@ class InductorBlock(torch.nn.Module):
                 for x, dims in zip(inputs, given)]
 
     def _find(self, inputs: tuple[Any, ...], key: tuple[Any, ...]) -> _Compiled | None:
-        for entry in self._compiled:
-            if entry.key != key:
-                continue
-            guards, env = entry.guards, entry.shape_env
-            if guards is None or env.evaluate_guards_expression(guards, list(inputs)):
-                return entry
-        return None
+        return next((entry for entry in self._compiled if entry.applies(key, inputs)), None)
 
     def _compile(self, inputs: tuple[Any, ...]) -> tuple[_Compiled, tuple[Any, ...]]:
         """The compiled graph for ``inputs``, and the inputs to call it with (weights added)."""
@@ -187,10 +199,17 @@ class InductorBlock(torch.nn.Module):
         # compile_fx takes ownership of (and may change) the module it compiles: a fresh copy.
         graph_module = _weights_as_inputs(self.block, weights)
         # No ambient tracing context: the fake mode is this one, not a caller's.
-        with torch._guards.tracing(torch._guards.TracingContext(mode)):
+        with (
+            torch._guards.tracing(torch._guards.TracingContext(mode)),
+            torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
+            torch._functorch.config.patch(
+                enable_autograd_cache=False, enable_remote_autograd_cache=False
+            ),
+        ):
             run = compile_fx(graph_module, fakes)
         guards = mode.shape_env.produce_guards_expression(fakes)  # block inputs: tensors and ints
-        entry = _Compiled(key, mode.shape_env, guards, run)
+        code = None if guards is None else compile(guards, "<inductor block guards>", "eval")
+        entry = _Compiled(key, code, run)
         self._compiled.append(entry)
         return entry, flat
 
@@ -199,7 +218,10 @@ class InductorBlock(torch.nn.Module):
         info = getattr(codegen, "pytree_info", None)
         if info is not None and info.out_spec is not None:
             return info.out_spec
-        return pytree.tree_structure(self.block.graph.output_node().args[0])
+        if "_out_spec" not in self.__dict__:
+            outputs = self.block.graph.output_node().args[0]
+            self.__dict__["_out_spec"] = pytree.tree_structure(outputs)
+        return self.__dict__["_out_spec"]
 
     def forward(self, *inputs: Any) -> Any:
         entry, flat = self._compile(inputs)
