@@ -98,6 +98,13 @@ def _dynamo_counts() -> dict[str, int]:
     return {"graphs": int(counters["stats"]["unique_graphs"]), "graph_breaks": int(sum(counters["graph_break"].values()))}
 
 
+def _inductor_graphs(compiled: torch.nn.Module) -> int:
+    """Graphs the inductor engine blocks of ``compiled`` compiled (they bypass Dynamo)."""
+    from tetrt_support.compiler.engines.inductor import InductorBlock
+
+    return sum(m.compiled_graphs for m in compiled.modules() if isinstance(m, InductorBlock))
+
+
 def _timed_passes(passes: tuple[Callable[..., Any], ...], seconds: dict[str, float]) -> list[Callable[..., Any]]:
     def timed(compile_pass: Callable[..., Any]) -> Callable[..., Any]:
         def run(gm: Any, ctx: Any) -> Any:
@@ -151,6 +158,7 @@ def run(device: str, case: Llama4Case, rounds: int, seed: int = 0) -> dict[str, 
                                               BASELINE: lambda: baseline(input_ids=ids),
                                               CONTROL: lambda: baseline(input_ids=ids)}
     results: dict[str, dict[str, Any]] = {name: {} for name in variants}
+    compiled_modules: dict[str, torch.nn.Module] = {}
     try:
         with torch.no_grad(), Stopwatch() as export:
             program = torch.export.export(model, (), {"input_ids": ids}, strict=False)
@@ -164,6 +172,7 @@ def run(device: str, case: Llama4Case, rounds: int, seed: int = 0) -> dict[str, 
                 after_build = _dynamo_counts()  # the build-time check runs (and compiles) the engine block
                 facts["_built"] = {k: after_build[k] - before_build[k] for k in after_build}
                 variants[name] = lambda c=compiled: c(input_ids=ids)
+                compiled_modules[name] = compiled
                 results[name] = facts
             except Exception as e:  # noqa: BLE001 - record, keep measuring the rest
                 results[name] = error_record(e)
@@ -184,6 +193,8 @@ def run(device: str, case: Llama4Case, rounds: int, seed: int = 0) -> dict[str, 
                                  graph_breaks=after["graph_breaks"] - before["graph_breaks"] + built["graph_breaks"],
                                  max_rel_error_vs_eager_bf16=relative_error(logits_eager, logits),
                                  max_rel_error_vs_eager_fp32=relative_error(logits_fp32, logits))
+            if name in compiled_modules:  # the engine block compiles with inductor itself, not Dynamo
+                results[name]["inductor_graphs"] = _inductor_graphs(compiled_modules[name])
             ready[name] = fn
         except Exception as e:  # noqa: BLE001
             results[name] = error_record(e)

@@ -180,3 +180,48 @@ def test_import_tetrt_support_compiler_registers_the_backend_once() -> None:
     )
     done = _run(code)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+class SmallMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x))) * 2
+
+
+@pytest.mark.parametrize("pass_through", [False, True])
+def test_backend_by_name_with_the_inductor_engine_compiles_the_block_with_inductor(
+    pass_through: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 item 4: the inductor engine used ``torch.compile`` inside the block, which
+    Dynamo skips while it compiles the caller's frame; the whole graph fell back to PyTorch
+    with a warning, or raised with ``pass_through_build_failures=True``."""
+    import tetrt_support.compiler  # noqa: F401 - registers "tetrt"
+    from tetrt_support.compiler import backend as backend_module
+    from tetrt_support.compiler.engines.inductor import InductorBlock
+
+    compiled_graphs: list = []
+    compile_graph = backend_module._compile_graph
+
+    def recording(*args):
+        run = compile_graph(*args)
+        compiled_graphs.append(run.compiled_module)
+        return run
+
+    monkeypatch.setattr(backend_module, "_compile_graph", recording)
+    torch._dynamo.reset()
+    model, x = SmallMLP().eval(), torch.randn(2, 4)
+    options = {"backend": "inductor", "min_block_size": 1,
+               "pass_through_build_failures": pass_through}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")  # a graph or block that fell back to PyTorch would warn
+        out = torch.compile(model, backend="tetrt", options=options)(x)
+        ref = model(x)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    (module,) = compiled_graphs
+    assert module.meta["tetrt_backend"] == "inductor"
+    assert module.blocks_summary() == "1 engine block, 0 fallback blocks"
+    (engine_block,) = [m for m in module.modules() if isinstance(m, InductorBlock)]
+    assert engine_block.compiled_graphs == 1  # built and checked while Dynamo compiled the frame

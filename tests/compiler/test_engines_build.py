@@ -68,17 +68,44 @@ def test_pickled_onnxruntime_block_recreates_its_session_lazily(block_cases):
 
 
 def test_inductor_compiles_once_for_two_sizes(block_cases):
+    case = block_cases["elementwise"]
+    module = get_engine("inductor").build(case.block, case.inputs, case.dynamic_dims)
+    module(*case.inputs)
+    module(*case.other_inputs)
+    assert module.compiled_graphs == 1  # the batch dim is symbolic in the one compiled graph
+    module(*[x[:, :3] for x in case.other_inputs])  # a static dim changed: another graph
+    assert module.compiled_graphs == 2
+    loaded = pickle.loads(pickle.dumps(module))
+    assert loaded.compiled_graphs == 0  # recompiled on first call, never pickled
+
+
+def test_inductor_block_takes_an_int_input_of_any_value_with_one_graph():
+    """An int input (a size made outside the block) is a symbol, 0 and 1 included: never a
+    constant baked into the code (and, with inductor's on-disk caches off, never served a
+    graph compiled for another value)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, n):
+        return x.sin() * n + 1
+
+    x = torch.randn(3, 2)
+    module = get_engine("inductor").build(make_fx(fn, tracing_mode="symbolic")(x, 3), [x, 3])
+    for n in (3, 5, 1, 0, 7):
+        torch.testing.assert_close(module(x, n), fn(x, n))
+    assert module.compiled_graphs == 1
+
+
+def test_inductor_block_compiles_without_dynamo(block_cases):
+    """No nested torch.compile: Dynamo sees no frame, so the block also builds while Dynamo
+    compiles another frame (the "tetrt" torch.compile backend, tests/compiler/test_backend.py)."""
     from torch._dynamo.utils import counters
 
     case = block_cases["elementwise"]
     torch._dynamo.reset()
     counters.clear()
     module = get_engine("inductor").build(case.block, case.inputs, case.dynamic_dims)
-    module(*case.inputs)
-    module(*case.other_inputs)
-    assert counters["stats"]["unique_graphs"] == 1
-    loaded = pickle.loads(pickle.dumps(module))
-    assert loaded._compiled is None  # recompiled on first call, never pickled
+    assert_same_outputs(case.fn(*case.inputs), module(*case.inputs), rtol=1e-5)
+    assert module.compiled_graphs == 1 and counters["stats"]["unique_graphs"] == 0
 
 
 def test_built_module_returns_a_single_tensor_when_the_block_does():

@@ -1,6 +1,8 @@
-"""``tetrt_support.save`` in both formats: each file is read back in a FRESH process and the
+"""``tetrt_support.save`` in its formats: each file is read back in a FRESH process and the
 loaded module, called by keyword, gives the compiled module's numbers, output structure
-and complex outputs. ``"exported_program"`` files are read by plain ``torch.export.load``."""
+and complex outputs. ``"exported_program"`` files are read by plain ``torch.export.load``.
+The ``"aot_inductor"`` package, the refused ``"torchscript"`` and ``extra_files`` are in
+tests/compiler/test_output_formats.py."""
 
 from __future__ import annotations
 
@@ -127,8 +129,9 @@ def test_llama4_saved_as_exported_program_is_called_by_keyword_at_other_sizes(tm
 
 def test_save_refuses_unknown_formats_and_missing_inputs(tmp_path: Path) -> None:
     _, compiled = _compiled("eager")
-    with pytest.raises(ValueError, match="unknown output_format 'torchscript'; valid: exported_program, pickle"):
-        tetrt_support.save(compiled, tmp_path / "m", output_format="torchscript")
+    valid = "exported_program, aot_inductor, pickle"
+    with pytest.raises(ValueError, match=f"unknown output_format 'tflite'; valid: {valid}"):
+        tetrt_support.save(compiled, tmp_path / "m", output_format="tflite")
     # a module that was not compiled here records no example inputs to re-export with
     with pytest.raises(TypeError, match=r"re-exports the module with torch.export: pass arg_inputs=\(\.\.\.\)"):
         tetrt_support.save(torch.nn.Linear(2, 2), tmp_path / "m")

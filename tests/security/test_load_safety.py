@@ -26,7 +26,14 @@ from hypothesis import strategies as st
 
 import tetrt_support
 from tests.compiler.test_serialization import Model, _inputs
-from tetrt_support.compiler.serialization import FORMAT, SerializationError, UntrustedPickle, load, save
+from tetrt_support.compiler.serialization import (
+    FORMAT,
+    SerializationError,
+    UntrustedNativeCode,
+    UntrustedPickle,
+    load,
+    save,
+)
 
 
 class Small(torch.nn.Module):
@@ -205,6 +212,25 @@ def test_untrusted_message_says_why_and_how(pickle_file: Path) -> None:
     text = str(error.value)
     assert "unpickles arbitrary objects" in text and "trusted=True" in text and "output_format='exported_program'" in text
     assert isinstance(error.value, ValueError)
+
+
+def test_a_shared_library_in_an_archive_is_not_loaded_without_trust(
+    program_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AOTInductor package (output_format='aot_inductor') is native code: loading it runs
+    it. Any archive holding one is refused without ``trusted=True``, even one that is also
+    an exported program, before torch's package loader is reached."""
+    loader_calls: list = []
+    stand_in = lambda *args, **kwargs: loader_calls.append(args)  # noqa: E731
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", stand_in)
+    library = {"data/aotinductor/model/x.wrapper.so": b"\x7fELF"}
+    planted = _edit(program_file, tmp_path / "planted.pt2", {}, added=library)
+    for source in (planted, io.BytesIO(planted.read_bytes())):
+        with pytest.raises(UntrustedNativeCode, match="AOTInductor package .* runs the shared"):
+            load(source)
+    assert not loader_calls
+    load(planted, trusted=True)  # trusted: handed to torch's loader (here a stand-in)
+    assert len(loader_calls) == 1
 
 
 def test_trusted_pickle_loads(pickle_file: Path) -> None:

@@ -1,11 +1,20 @@
-"""Save and load compiled modules without losing their call signature, in two formats.
+"""Save and load compiled modules without losing their call signature, in three formats.
 
 ``output_format="exported_program"`` (the default, as in ``torch_tensorrt.save``)
 re-exports the module and writes it with ``torch.export.save``: any process reads it
 back with ``torch.export.load``, or with :func:`load`, which runs no code from the file
 (:mod:`tetrt_support.compiler.safe_pt2`); engine blocks are kept as the ATen graphs they were
-built from (:mod:`tetrt_support.compiler.pytorch_twin`). ``output_format="pickle"``
-keeps the module itself, engines included, and is the rest of this docstring.
+built from (:mod:`tetrt_support.compiler.pytorch_twin`). ``output_format="aot_inductor"``
+compiles that same re-exported program with AOTInductor
+(``torch._inductor.aoti_compile_and_package``: C++ compiled here, a shared library in
+the ``.pt2`` package) for ``torch._inductor.aoti_load_package``; loading it runs that
+native code, so :func:`load` reads it only with ``trusted=True``.
+``output_format="torchscript"`` (Torch-TensorRT's ``torch.jit.trace``) is refused:
+:class:`UnsupportedOutputFormat` says why. ``extra_files={name: text}`` are stored in the
+archive's ``extra/`` folder (every format but pickle's, which keeps them in its payload)
+and read back by ``load(..., extra_files=d)``, as ``torch.export.save``/``load`` do.
+``output_format="pickle"`` keeps the module itself, engines included, and is the rest of
+this docstring.
 
 Why not plain ``torch.save(gm)``: ``GraphModule.__reduce__`` saves the generated Python
 code and *re-traces* it with ``torch.fx.Tracer`` on load. That loses the graph's
@@ -73,6 +82,8 @@ __all__ = [
     "OUTPUT_FORMATS",
     "MissingSignatureType",
     "SerializationError",
+    "UnsupportedOutputFormat",
+    "UntrustedNativeCode",
     "UntrustedPickle",
     "load",
     "save",
@@ -93,6 +104,14 @@ class MissingSignatureType(ImportError):
 
 class UntrustedPickle(SerializationError):
     """A pickle-format file loaded without ``trusted=True``: unpickling it could run its code."""
+
+
+class UntrustedNativeCode(SerializationError):
+    """An AOTInductor package loaded without ``trusted=True``: loading runs its shared library."""
+
+
+class UnsupportedOutputFormat(ValueError):
+    """An ``output_format`` Torch-TensorRT names that this package cannot write, and why."""
 
 
 # ---------------------------------------------------------------------------- targets
@@ -343,12 +362,71 @@ class _PickleModule:
 
 
 # ---------------------------------------------------------------------------- public API
-OUTPUT_FORMATS = ("exported_program", "pickle")
+OUTPUT_FORMATS = ("exported_program", "aot_inductor", "pickle")
 _FORMAT_FAMILY = FORMAT.rsplit("/", 1)[0] + "/"
+# Torch-TensorRT's other formats, and why each is not written here.
+_REFUSED_FORMATS = {
+    "torchscript": (
+        "a TorchScript trace of the compiled module's PyTorch graph records every size the graph "
+        "computes (its aten.sym_size calls run in Python) as a constant, so the saved module would "
+        "be silently specialised to the example shapes; and torch.jit is deprecated in this torch"
+    ),
+    "executorch": "this package has no ExecuTorch lowering (and executorch is not a dependency)",
+}
 
 
-def _save_pickle(module: torch.nn.Module, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
-    torch.save({"format": FORMAT, "module": module}, path, pickle_module=_PickleModule)
+def _format_list() -> str:
+    return ", ".join(repr(f) for f in OUTPUT_FORMATS)
+
+
+def _check_output_format(output_format: str) -> None:
+    if output_format in OUTPUT_FORMATS:
+        return
+    if output_format in _REFUSED_FORMATS:
+        raise UnsupportedOutputFormat(
+            f"save(output_format={output_format!r}) is not supported: "
+            f"{_REFUSED_FORMATS[output_format]}. Formats save() writes: {_format_list()} "
+            f"(output_format='exported_program', the default, is read by torch.export.load "
+            f"anywhere)"
+        )
+    raise ValueError(f"unknown output_format {output_format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
+
+
+def _check_extra_files(extra_files: Any) -> dict[str, str]:
+    """``extra_files`` as a plain dict of text files, the package's own marker name refused."""
+    if extra_files is None:
+        return {}
+    if not isinstance(extra_files, dict):
+        raise TypeError(
+            f"save(): extra_files must be a dict of name -> str, got {type(extra_files).__name__}"
+        )
+    for name, content in extra_files.items():
+        plain = isinstance(name, str) and name not in ("", ".", "..") and not set("/\\") & set(name)
+        if not plain:
+            raise ValueError(
+                f"save(): extra_files name {name!r} must be a plain file name (no folders)"
+            )
+        if name == MARKER_FILE:
+            raise ValueError(
+                f"save(): extra_files name {MARKER_FILE!r} is reserved: tetrt_support stores its "
+                f"format version there; choose another name"
+            )
+        if not isinstance(content, str):
+            raise TypeError(
+                f"save(): extra_files[{name!r}] must be a str, got {type(content).__name__}"
+            )
+    return dict(extra_files)
+
+
+def _save_pickle(
+    module: torch.nn.Module,
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    extra_files: dict[str, str],
+) -> None:
+    payload: dict[str, Any] = {"format": FORMAT, "module": module}
+    if extra_files:
+        payload["extra_files"] = extra_files
+    torch.save(payload, path, pickle_module=_PickleModule)
 
 
 def _loadable_example_inputs(program: torch.export.ExportedProgram) -> None:
@@ -369,27 +447,62 @@ def _loadable_example_inputs(program: torch.export.ExportedProgram) -> None:
         program.example_inputs = None
 
 
-def _save_exported_program(
+def _export(
     module: torch.nn.Module,
-    path: str | os.PathLike[str] | io.BufferedIOBase,
     arg_inputs: Any,
     kwarg_inputs: Any,
     dynamic_shapes: Any,
-) -> None:
+    output_format: str,
+) -> torch.export.ExportedProgram:
+    """``module`` re-exported, engine blocks as the ATen graphs they were built from."""
     from tetrt_support.compiler.pytorch_twin import as_pytorch
 
     if arg_inputs is None and kwarg_inputs is None:
         raise TypeError(
-            "save(output_format='exported_program') re-exports the module with torch.export: pass "
+            f"save(output_format={output_format!r}) re-exports the module with torch.export: pass "
             "arg_inputs=(...) and/or kwarg_inputs={...}, called as the model is called "
             "(or use output_format='pickle')"
         )
     args = (arg_inputs,) if isinstance(arg_inputs, torch.Tensor) else tuple(arg_inputs or ())
     twin = as_pytorch(module) if isinstance(module, fx.GraphModule) else module
+    kwargs = dict(kwarg_inputs or {})
     with torch.no_grad():
-        program = torch.export.export(twin, args, dict(kwarg_inputs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+        return torch.export.export(twin, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def _save_exported_program(
+    program: torch.export.ExportedProgram,
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    extra_files: dict[str, str],
+) -> None:
     _loadable_example_inputs(program)
-    torch.export.save(program, path, extra_files={MARKER_FILE: FORMAT})
+    torch.export.save(program, path, extra_files={**extra_files, MARKER_FILE: FORMAT})
+
+
+def _save_aot_inductor(
+    program: torch.export.ExportedProgram,
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    extra_files: dict[str, str],
+    inductor_configs: dict[str, Any] | None,
+) -> None:
+    """AOTInductor's package, rewritten with the marker and ``extra_files`` in ``extra/``
+    (``aoti_compile_and_package`` takes no extra files; its loader ignores that folder)."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+
+    package = io.BytesIO()
+    with torch.no_grad():
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=package, inductor_configs=dict(inductor_configs or {})
+        )
+    package.seek(0)
+    reader = PT2ArchiveReader(package)
+    target: Any = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    with PT2ArchiveWriter(target) as writer:
+        for name in reader.get_file_names():
+            if not writer.has_record(name):  # the writer adds its own version records
+                writer.write_bytes(name, reader.read_bytes(name))
+        for name, content in {**extra_files, MARKER_FILE: FORMAT}.items():
+            writer.write_string(_pt2_constants.EXTRA_DIR + name, content)
 
 
 def save(
@@ -401,6 +514,8 @@ def save(
     kwarg_inputs: dict[str, Any] | None = None,
     dynamic_shapes: Any = None,
     inputs: Any = None,
+    extra_files: dict[str, str] | None = None,
+    inductor_configs: dict[str, Any] | None = None,
 ) -> None:
     """Write ``module`` (a compiled module, ``ep.module()``, any nn.Module) to ``path``.
 
@@ -415,8 +530,17 @@ def save(
     (:mod:`~tetrt_support.compiler.pytorch_twin` says why), and written by
     ``torch.export.save``: ``torch.export.load(path).module()`` is then called like the
     model (the keyword/positional split given here, the same output structure, complex
-    tensors in and out). ``output_format="pickle"``: the module itself, engines included;
-    every ``fx.GraphModule`` inside keeps its graph and codegen (see above).
+    tensors in and out). ``output_format="aot_inductor"``: that program compiled by
+    AOTInductor (``inductor_configs`` passed on, as Torch-TensorRT does) into a ``.pt2``
+    package for ``torch._inductor.aoti_load_package``; a path must end in ``.pt2``.
+    ``output_format="pickle"``: the module itself, engines included; every
+    ``fx.GraphModule`` inside keeps its graph and codegen (see above).
+    ``output_format="torchscript"`` raises :class:`UnsupportedOutputFormat`, saying why.
+
+    ``extra_files``: ``{name: text}`` stored with the model, read back by
+    ``load(path, extra_files=d)`` (and, for ``"exported_program"``, by
+    ``torch.export.load(path, extra_files=d)``). The name ``"tetrt_support_format"`` is
+    reserved.
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"save() takes a torch.nn.Module, got {type(module).__name__}")
@@ -424,17 +548,31 @@ def save(
         if arg_inputs is not None:
             raise TypeError("save(): inputs is another name for arg_inputs; give one of them")
         arg_inputs = inputs
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"unknown output_format {output_format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
+    _check_output_format(output_format)
+    extras = _check_extra_files(extra_files)
+    if inductor_configs is not None and output_format != "aot_inductor":
+        raise TypeError(
+            f"save(): inductor_configs is for output_format='aot_inductor', not {output_format!r}"
+        )
     if output_format == "pickle":
         given = [n for n, v in (("arg_inputs", arg_inputs), ("kwarg_inputs", kwarg_inputs), ("dynamic_shapes", dynamic_shapes)) if v is not None]
         if given:
             raise TypeError(f"output_format='pickle' saves the module as it is; {', '.join(given)} would be unused")
-        _save_pickle(module, path)
+        _save_pickle(module, path, extras)
+        return
+    is_path = isinstance(path, (str, os.PathLike))
+    if output_format == "aot_inductor" and is_path and not os.fspath(path).endswith(".pt2"):
+        raise ValueError(
+            f"save(output_format='aot_inductor'): the path must end in .pt2, "
+            f"got {os.fspath(path)!r}"
+        )
+    if arg_inputs is None and kwarg_inputs is None:
+        arg_inputs, kwarg_inputs = _compiled_example_inputs(module, output_format)
+    program = _export(module, arg_inputs, kwarg_inputs, dynamic_shapes, output_format)
+    if output_format == "aot_inductor":
+        _save_aot_inductor(program, path, extras, inductor_configs)
     else:
-        if arg_inputs is None and kwarg_inputs is None:
-            arg_inputs, kwarg_inputs = _compiled_example_inputs(module)
-        _save_exported_program(module, path, arg_inputs, kwarg_inputs, dynamic_shapes)
+        _save_exported_program(program, path, extras)
 
 
 #: ``meta`` key of a compiled module: ``(args, kwargs)`` it was compiled with, or
@@ -443,15 +581,16 @@ EXAMPLE_INPUTS_KEY = "tetrt_example_inputs"
 DYNAMIC = "dynamic"
 
 
-def _compiled_example_inputs(module: torch.nn.Module) -> tuple[Any, Any]:
+def _compiled_example_inputs(module: torch.nn.Module, output_format: str) -> tuple[Any, Any]:
     recorded = getattr(module, "meta", {}).get(EXAMPLE_INPUTS_KEY) if isinstance(module, fx.GraphModule) else None
     if recorded == DYNAMIC:
         raise TypeError(
-            "save(output_format='exported_program'): this module was compiled with dynamic dims; pass "
+            f"save(output_format={output_format!r}): this module was compiled with dynamic dims; "
+            f"pass "
             "arg_inputs/kwarg_inputs and dynamic_shapes so the saved program keeps them"
         )
     if recorded is None:
-        return None, None  # _save_exported_program names what to pass
+        return None, None  # _export names what to pass
     return recorded
 
 
@@ -482,7 +621,10 @@ def _open_archive(path: Any, where: str) -> tuple[zipfile.ZipFile, str, Any]:
     if not head:
         raise SerializationError(f"{where} is empty: not a tetrt_support file")
     if head[:2] != b"PK":
-        raise SerializationError(f"{where}: not a tetrt_support file (not a zip archive: neither format can be in it)")
+        raise SerializationError(
+            f"{where}: not a tetrt_support file "
+            f"(not a zip archive: none of its formats can be in it)"
+        )
     try:
         archive = zipfile.ZipFile(source)
         names = archive.namelist()
@@ -526,7 +668,9 @@ def _check_format(found: str, where: str) -> None:
     )
 
 
-def _load_trusted_pickle(archive: zipfile.ZipFile, source: Any, where: str) -> torch.nn.Module:
+def _load_trusted_pickle(
+    archive: zipfile.ZipFile, source: Any, where: str
+) -> tuple[torch.nn.Module, dict[str, str]]:
     try:
         bad = archive.testzip()  # every record's CRC, before anything is unpickled
     except Exception as error:  # noqa: BLE001 - a damaged header: corruption like a bad CRC
@@ -549,7 +693,67 @@ def _load_trusted_pickle(archive: zipfile.ZipFile, source: Any, where: str) -> t
     module = payload.get("module")
     if not isinstance(module, torch.nn.Module):
         raise SerializationError(f"{where}: truncated or corrupt file (it holds a {type(module).__name__}, not a module)")
-    return module
+    stored = payload.get("extra_files", {})
+    if not isinstance(stored, dict):
+        raise SerializationError(
+            f"{where}: truncated or corrupt file (its extra files are a {type(stored).__name__})"
+        )
+    return module, stored
+
+
+def _stored_extra_files(archive: zipfile.ZipFile, root: str, where: str) -> dict[str, str]:
+    """The user's files in the archive's ``extra/`` folder (not the marker, not torch's own)."""
+    folder = root + _pt2_constants.EXTRA_DIR
+    reserved = {MARKER_FILE, _pt2_constants.MODULE_INFO_PATH[len(_pt2_constants.EXTRA_DIR):]}
+    stored = {}
+    for name in archive.namelist():
+        short = name[len(folder):]
+        if name.startswith(folder) and short and "/" not in short and short not in reserved:
+            try:
+                stored[short] = archive.read(name).decode("utf-8")
+            except Exception as error:  # noqa: BLE001 - a bad CRC, bytes that are not text
+                raise SerializationError(
+                    f"{where}: extra file {short!r} is corrupt ({type(error).__name__})"
+                ) from None
+    return stored
+
+
+def _fill_extra_files(
+    extra_files: dict[str, Any] | None, stored: dict[str, str], where: str
+) -> None:
+    """``extra_files`` updated in place with every stored file, as ``torch.export.load`` does;
+    a name asked for that the file does not hold is an error, not a value left as it was."""
+    if extra_files is None:
+        return
+    if not isinstance(extra_files, dict):
+        raise TypeError(
+            f"load(): extra_files must be a dict to fill, got {type(extra_files).__name__}"
+        )
+    missing = sorted(name for name in extra_files if name not in stored)
+    if missing:
+        raise SerializationError(
+            f"{where} has no extra file {', '.join(repr(m) for m in missing)} (extra_files); "
+            f"it holds: {', '.join(repr(n) for n in sorted(stored)) or 'none'}"
+        )
+    extra_files.update(stored)
+
+
+def _aoti_format(archive: zipfile.ZipFile, root: str, where: str) -> None:
+    marker = root + _pt2_constants.EXTRA_DIR + MARKER_FILE
+    if marker in archive.namelist():  # a package AOTInductor wrote elsewhere has none
+        _check_format(archive.read(marker).decode("utf-8", "replace").strip(), where)
+
+
+def _load_aot_inductor(source: Any, where: str) -> Any:
+    if not isinstance(source, str):
+        source.seek(0)
+    try:
+        return torch._inductor.aoti_load_package(source)
+    except Exception as error:  # noqa: BLE001 - a package built for another machine or torch
+        raise SerializationError(
+            f"{where}: AOTInductor package that this process cannot load "
+            f"({type(error).__name__}: {_short(error)})"
+        ) from error
 
 
 def load(
@@ -557,16 +761,22 @@ def load(
     *,
     trusted: bool = False,
     weights_only: bool | None = None,
-) -> torch.nn.Module | torch.export.ExportedProgram:
+    extra_files: dict[str, Any] | None = None,
+) -> Any:
     """Read what :func:`save` wrote: an ``ExportedProgram`` (call ``.module()``) for the
-    ``"exported_program"`` format, the module itself for ``"pickle"``.
+    ``"exported_program"`` format, the module itself for ``"pickle"``, and for
+    ``"aot_inductor"`` the loaded package (``torch._inductor.aoti_load_package``), called
+    like the model.
 
     The exported-program format (and any ``torch.export.save`` archive) is read without
     running code from the file (:mod:`~tetrt_support.compiler.safe_pt2`). The pickle format
-    unpickles arbitrary objects, so it loads only with ``trusted=True`` (alias:
-    ``weights_only=False``, as in ``torch.load``): pass it only for files you made or trust.
-    Anything else (another file, a damaged one, an unsafe archive) raises
-    :class:`SerializationError`.
+    unpickles arbitrary objects, and an AOTInductor package is a shared library that
+    loading runs, so both load only with ``trusted=True`` (alias: ``weights_only=False``,
+    as in ``torch.load``): pass it only for files you made or trust. Anything else
+    (another file, a damaged one, an unsafe archive) raises :class:`SerializationError`.
+
+    ``extra_files``: a dict filled in place with the extra files :func:`save` stored
+    (as ``torch.export.load`` does); a name in it that the file does not hold raises.
     """
     if weights_only is not None:
         if trusted and weights_only:
@@ -576,17 +786,33 @@ def load(
     archive, root, source = _open_archive(path, where)
     with archive:
         names = set(archive.namelist())
+        if any(name.startswith(root + _pt2_constants.AOTINDUCTOR_DIR) for name in names):
+            _aoti_format(archive, root, where)
+            if not trusted:
+                raise UntrustedNativeCode(
+                    f"{where} is an AOTInductor package (output_format='aot_inductor'): loading it "
+                    f"runs the shared library inside, native code chosen by whoever wrote the "
+                    f"file. Pass trusted=True only for a file you made yourself or trust; to share "
+                    f"a model, save it with output_format='exported_program' (the default), which "
+                    f"load() reads without running code from the file"
+                )
+            _fill_extra_files(extra_files, _stored_extra_files(archive, root, where), where)
+            return _load_aot_inductor(source, where)
         if root + _pt2_constants.ARCHIVE_FORMAT_PATH in names:
             try:
-                return read_exported_program(archive, root, where, FORMAT)
+                program = read_exported_program(archive, root, where, FORMAT)
             except SerializationError:
                 raise
             except Exception as error:  # noqa: BLE001 - torch's deserializer on a damaged file: one error class
                 raise SerializationError(
                     f"{where}: truncated or corrupt exported program ({type(error).__name__}: {_short(error)})"
                 ) from error
+            _fill_extra_files(extra_files, _stored_extra_files(archive, root, where), where)
+            return program
         if root + "data.pkl" not in names:
-            raise SerializationError(f"{where}: not a tetrt_support file (a zip archive, but neither format)")
+            raise SerializationError(
+                f"{where}: not a tetrt_support file (a zip archive, but in none of its formats)"
+            )
         _check_format(_pickle_format(archive, root, where), where)
         if not trusted:
             raise UntrustedPickle(
@@ -595,4 +821,6 @@ def load(
                 f"trust; to share a model, save it with output_format='exported_program' (the default), which "
                 f"load() reads without running code from the file"
             )
-        return _load_trusted_pickle(archive, source, where)
+        module, stored = _load_trusted_pickle(archive, source, where)
+        _fill_extra_files(extra_files, stored, where)
+        return module
