@@ -12,6 +12,6 @@ tables and claims), ``complex_graphs`` (notebook 01's inventories and strategy
 comparison), ``quant_tracing`` and ``fake_impl_measure`` (notebooks 03 and 04).
 """
 
-from tetrt_support.report.tables import Table, format_table
+from tetrt_support.report.tables import Table, collapsed, format_table
 
-__all__ = ["Table", "format_table"]
+__all__ = ["Table", "collapsed", "format_table"]
