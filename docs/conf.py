@@ -52,3 +52,23 @@ _mathjax = pathlib.Path(next(iter(_mathjax_package.submodule_search_locations)))
 html_static_path.append(str(_mathjax / "tex-svg-full.js"))
 mathjax_path = "tex-svg-full.js"
 mathjax3_config = {"svg": {"fontCache": "global"}}
+
+
+# A figure's alt text: the words tetrt_support.notebook stored with it (its titles, see
+# figure_alt_text), not the hashed file name Sphinx falls back to. myst-nb passes only an
+# output's width and height on to the image, so its image renderer is wrapped here.
+from myst_nb.core.render import NbElementRenderer  # noqa: E402
+
+_render_image = NbElementRenderer.render_image
+
+
+def _render_image_with_alt(self, data):
+    image_nodes = _render_image(self, data)
+    alt = (data.output_metadata or {}).get("alt")
+    for node in image_nodes:
+        if alt and not node.get("alt"):
+            node["alt"] = str(alt)
+    return image_nodes
+
+
+NbElementRenderer.render_image = _render_image_with_alt
