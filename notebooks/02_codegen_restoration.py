@@ -32,6 +32,16 @@ print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
 print("TensorRT was not run here: engine blocks run in ONNX Runtime (CPU) or eager PyTorch.")
 
+
+# %% [markdown]
+# **Abstract.** The answer, with its figures computed from this notebook's own models
+# and stored results, and where each part is:
+
+# %%
+from tetrt_support.report import abstract
+
+abstract.show("02", **abstract.figures_02())
+
 # %% [markdown]
 # ## 1. What `ep.module()` is called through
 #
