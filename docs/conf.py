@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 
 project = "tetrt"
 author = "tetrt contributors"
@@ -72,3 +73,20 @@ def _render_image_with_alt(self, data):
 
 
 NbElementRenderer.render_image = _render_image_with_alt
+
+
+_README_NOTEBOOK_LINK = re.compile(r"\[`(\d\d_\w+)`\]\(notebooks/\1\.ipynb\)")
+
+
+def _readme_links_to_pages(app, relative_path, parent_docname, content) -> None:
+    """The README links each notebook as ``notebooks/NN_name.ipynb`` (right on GitHub). On
+    the site, where the same text is included into docs/index.md, that link would name a file
+    through the docs/notebooks symlink, which Sphinx resolves out of docs/ (no such page):
+    it becomes a plain link to the notebook's page instead."""
+    if pathlib.PurePath(relative_path).name == "README.md":
+        content[0] = _README_NOTEBOOK_LINK.sub(
+            r'<a href="notebooks/\1.html"><code>\1</code></a>', content[0])
+
+
+def setup(app):
+    app.connect("include-read", _readme_links_to_pages)
