@@ -279,7 +279,8 @@ print("bars: medians; whiskers: lowest and highest of the 8 runs behind each med
 spreads = {key: results.repeat_spread(bench["rows"], key.removesuffix("_median"),
                                       ("strategy", "backend", "recipe")) for key in units}
 print("two repeats of one strategy x backend x recipe differ by:\n ",
-      "; ".join(f"{columns[k]} {lo:.0f}-{hi:.0f} %" for k, (lo, hi) in spreads.items()))
+      "; ".join(f"{columns[k].rsplit(' ', 1)[0]} {lo:.0f}-{hi:.0f} %"
+                for k, (lo, hi) in spreads.items()))
 
 def ratio(key, backend):
     return summary["tensor_proto"][backend][key] / summary["make_empty_traceable"][backend][key]
