@@ -29,8 +29,8 @@ print(optional.availability_line())
 
 
 # %% [markdown]
-# **Abstract.** The answer, with its figures computed from this notebook's own models
-# and stored results, and where each part is:
+# **Abstract.** The answer, its figures computed by the cell below (the zoo's RoPE module
+# lowered both ways, and the stored lowering benchmark), and where each part is:
 
 # %%
 from tetrt_support.report import abstract

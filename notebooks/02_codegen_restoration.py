@@ -34,8 +34,8 @@ print("TensorRT was not run here: engine blocks run in ONNX Runtime (CPU) or eag
 
 
 # %% [markdown]
-# **Abstract.** The answer, with its figures computed from this notebook's own models
-# and stored results, and where each part is:
+# **Abstract.** The answer, its figures computed by the cell below (every signature case
+# compiled before the fix and as shipped), and where each part is:
 
 # %%
 from tetrt_support.report import abstract

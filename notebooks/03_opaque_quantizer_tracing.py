@@ -43,8 +43,8 @@ print(*wrap_lines("TransformerEngine was not run here: every number below comes 
 
 
 # %% [markdown]
-# **Abstract.** The answer, with its figures computed from this notebook's own models
-# and stored results, and where each part is:
+# **Abstract.** The answer, its figures computed by the cell below (compiles counted over
+# fresh quantizers), and where each part is:
 
 # %%
 from tetrt_support.report import abstract

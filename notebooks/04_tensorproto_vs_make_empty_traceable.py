@@ -43,8 +43,8 @@ print("TransformerEngine was not run here: both designs are rebuilt on "
 
 
 # %% [markdown]
-# **Abstract.** The answer, with its figures computed from this notebook's own models
-# and stored results, and where each part is:
+# **Abstract.** The answer, its figures read by the cell below from the stored benchmark
+# (`benchmarks/results/fake_impls.json`), and where each part is:
 
 # %%
 from tetrt_support.report import abstract, results

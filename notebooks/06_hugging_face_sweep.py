@@ -26,8 +26,8 @@ from tetrt_support.report import Table, collapsed
 from tetrt_support.zoo.discover import complex_modeling_files
 
 # %% [markdown]
-# **Abstract.** The answer, with its figures computed from this notebook's own models
-# and stored results, and where each part is:
+# **Abstract.** The answer, its figures read by the cell below from the stored sweep
+# (`benchmarks/results/hf_sweep.json`), and where each part is:
 
 # %%
 from tetrt_support.report import abstract, results
