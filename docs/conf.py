@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 
 project = "tetrt"
 author = "tetrt contributors"
@@ -52,3 +53,40 @@ _mathjax = pathlib.Path(next(iter(_mathjax_package.submodule_search_locations)))
 html_static_path.append(str(_mathjax / "tex-svg-full.js"))
 mathjax_path = "tex-svg-full.js"
 mathjax3_config = {"svg": {"fontCache": "global"}}
+
+
+# A figure's alt text: the words tetrt_support.notebook stored with it (its titles, see
+# figure_alt_text), not the hashed file name Sphinx falls back to. myst-nb passes only an
+# output's width and height on to the image, so its image renderer is wrapped here.
+from myst_nb.core.render import NbElementRenderer  # noqa: E402
+
+_render_image = NbElementRenderer.render_image
+
+
+def _render_image_with_alt(self, data):
+    image_nodes = _render_image(self, data)
+    alt = (data.output_metadata or {}).get("alt")
+    for node in image_nodes:
+        if alt and not node.get("alt"):
+            node["alt"] = str(alt)
+    return image_nodes
+
+
+NbElementRenderer.render_image = _render_image_with_alt
+
+
+_README_NOTEBOOK_LINK = re.compile(r"\[`(\d\d_\w+)`\]\(notebooks/\1\.ipynb\)")
+
+
+def _readme_links_to_pages(app, relative_path, parent_docname, content) -> None:
+    """The README links each notebook as ``notebooks/NN_name.ipynb`` (right on GitHub). On
+    the site, where the same text is included into docs/index.md, that link would name a file
+    through the docs/notebooks symlink, which Sphinx resolves out of docs/ (no such page):
+    it becomes a plain link to the notebook's page instead."""
+    if pathlib.PurePath(relative_path).name == "README.md":
+        content[0] = _README_NOTEBOOK_LINK.sub(
+            r'<a href="notebooks/\1.html"><code>\1</code></a>', content[0])
+
+
+def setup(app):
+    app.connect("include-read", _readme_links_to_pages)

@@ -22,10 +22,20 @@ from IPython.display import display
 from tetrt_support import optional, zoo
 from tetrt_support.complex import RULES, lower
 from tetrt_support.report import complex_graphs as graphs
-from tetrt_support.report import perf, results
+from tetrt_support.report import collapsed, perf, results
 from tetrt_support.report.compare import max_abs_error
 
 print(optional.availability_line())
+
+
+# %% [markdown]
+# **Abstract.** The answer, its figures computed by the cell below (the zoo's RoPE module
+# lowered both ways, and the stored lowering benchmark), and where each part is:
+
+# %%
+from tetrt_support.report import abstract
+
+abstract.show("01", **abstract.figures_01("../benchmarks/results/lowering.json"))
 
 # %% [markdown]
 # ## 1. The math: RoPE rotates feature pairs, and complex numbers say so in one multiply
@@ -44,11 +54,11 @@ print(optional.availability_line())
 # %%
 rope = zoo.ComplexRoPE(head_dim=16, max_seq_len=32)
 traces = graphs.rope_rotation_traces(rope, pairs=[0, 1, 3, 7], positions=32)
-fig, ax = plt.subplots(figsize=(4.2, 4.2))
+fig, ax = plt.subplots(figsize=(5.4, 4.2))  # the legend goes to its right
 for t in traces:
-    ax.plot(t.x, t.y, "o-", ms=3, lw=0.8, label=f"pair {t.pair}: {t.frequency:.3f} rad/pos")
-ax.set_aspect("equal"); ax.set_xlabel("x[2i]"); ax.set_ylabel("x[2i+1]")
-ax.legend(fontsize=7, loc="lower left")
+    ax.plot(t.x, t.y, "o-", ms=3, lw=0.8, label=f"pair {t.pair}: {t.frequency:.2g} rad/pos")
+ax.set_aspect("equal"); ax.set_xlabel("x[2i] (unitless)"); ax.set_ylabel("x[2i+1] (unitless)")
+ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), title="turn per position")
 ax.set_title("RoPE: where (1, 0) goes at positions 0..31")
 plt.show()
 inv_freq = zoo.rope_inverse_frequencies(16)
@@ -90,11 +100,12 @@ torch.onnx.export(rope_ep, rope_args, kwargs=rope_kwargs, dynamo=True, verbose=F
 # `tetrt_support.complex.lower` carries every complex tensor of shape `S` as a real tensor
 # of shape `S + [2]` (what `view_as_real` returns) and rewrites each complex op with a rule
 # from one table. Views shift their dims (a negative dim `d` becomes `d - 1`), elementwise
-# ops become real formulas, `mm`/`bmm`/`matmul` become four real products. The table:
+# ops become real formulas, `mm`/`bmm`/`matmul` become four real products. The table (closed; its line opens it):
 
 # %%
-print(f"{len(RULES)} ATen ops have a rule")
-graphs.rule_table(RULES)
+rules = graphs.rule_table(RULES)
+print(f"{len(RULES)} ATen ops have a rule, in {len(rules.rows)} rule functions")
+collapsed(rules, f"The rule table: {len(rules.rows)} rules and the ATen ops each lowers")
 
 # %% [markdown]
 # What two rules emit, on one-op programs (real `[..., 2]` in and out, as in RoPE). A
@@ -283,7 +294,8 @@ bench = results.load("../benchmarks/results/lowering.json", "lowering")
 fig, ax = plt.subplots()
 for name, (layers, seconds) in perf.lowering_curves(bench).items():
     ax.plot(layers, seconds, "o-", label=name)
-ax.set_xlabel("decoder layers"); ax.set_ylabel("lowering time, median (s)"); ax.legend()
+ax.set_xlabel("decoder layers"); ax.set_ylabel("lowering time, median (s)")
+ax.legend(title="strategy")
 ax.set_title("Lowering time, tiny Llama 4")
 plt.show()
 print("\n".join(perf.lowering_claims(bench)))

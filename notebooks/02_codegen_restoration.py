@@ -32,6 +32,16 @@ print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
 print("TensorRT was not run here: engine blocks run in ONNX Runtime (CPU) or eager PyTorch.")
 
+
+# %% [markdown]
+# **Abstract.** The answer, its figures computed by the cell below (every signature case
+# compiled before the fix and as shipped), and where each part is:
+
+# %%
+from tetrt_support.report import abstract
+
+abstract.show("02", **abstract.figures_02())
+
 # %% [markdown]
 # ## 1. What `ep.module()` is called through
 #

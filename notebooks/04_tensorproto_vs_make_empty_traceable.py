@@ -29,7 +29,7 @@ from torch._dynamo.exc import Unsupported
 
 import tetrt_support.quant  # registers the quantizers as opaque value types
 from tetrt_support import optional
-from tetrt_support.report import Table, results
+from tetrt_support.report import Table, collapsed, results
 from tetrt_support.quant.fake_impls import FAKE_IMPLS, get_strategy, hazards
 from tetrt_support.quant.fake_impls import make_empty_traceable, tensor_proto
 from tetrt_support.report import fake_impl_measure as measure
@@ -40,6 +40,17 @@ print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
 print("TransformerEngine was not run here: both designs are rebuilt on "
       "tetrt_support.quant's quantizers.")
+
+
+# %% [markdown]
+# **Abstract.** The answer, its figures read by the cell below from the stored benchmark
+# (`benchmarks/results/fake_impls.json`), and where each part is:
+
+# %%
+from tetrt_support.report import abstract, results
+
+abstract.show("04", **abstract.figures_04(
+    results.load("../benchmarks/results/fake_impls.json", "fake_impls")))
 
 # %% [markdown]
 # ## 1. Why quantized tensors must cross the op boundary flattened
@@ -90,15 +101,19 @@ hazards.returning_an_input(torch.randn(4), torch.randn(4))
 # `quantizer.quantize(x)` in a fake impl (`fake_quantized`), turn it into the flat fake
 # tensors the op returns (`flat_fake`), take a quantized tensor apart in a trace
 # (`flat_buffers`), and rebuild one from flat buffers (`reassemble`). The custom ops, the
-# autograd formula and the Linear are shared. The strategy-specific code:
+# autograd formula and the Linear are shared. The strategy-specific code (each closed; its
+# line opens it):
 
 # %%
-print(inspect.getsource(tensor_proto.TensorProto.describe))
-print(inspect.getsource(tensor_proto.TensorProtoStrategy))
+def source_of(*objects):
+    code = "\n".join(inspect.getsource(o) for o in objects)
+    names = ", ".join(o.__qualname__ for o in objects)
+    return collapsed(code, f"{names}: {len(code.splitlines())} lines of source")
 
-# %%
-print(inspect.getsource(make_empty_traceable.stash_flatten))
-print(inspect.getsource(make_empty_traceable.MakeEmptyTraceableStrategy))
+
+display(source_of(tensor_proto.TensorProto.describe, tensor_proto.TensorProtoStrategy),
+        source_of(make_empty_traceable.stash_flatten,
+                  make_empty_traceable.MakeEmptyTraceableStrategy))
 
 # %% [markdown]
 # What each fake impl hands on, for a bf16 NVFP4 activation of shape (32, 64), and the flat
@@ -240,13 +255,32 @@ print("load average while measuring:", [round(v, 1) for v in bench["machine"]["l
 
 # %%
 backends = sorted(summary["tensor_proto"])
-fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
-for ax, key in zip(axes, ["compile_cpu_s_median", "fake_impl_us_median", "reassemble_us_median"]):
+fig, axes = plt.subplots(1, 3, figsize=(8.8, 3.6))
+units = {"compile_cpu_s_median": "compile CPU time (s)", "fake_impl_us_median": "one call (µs)",
+         "reassemble_us_median": "one call (µs)"}
+for ax, key in zip(axes, units):
     for i, name in enumerate(FAKE_IMPLS):
         heights = [summary[name][be][key] for be in backends]
-        ax.bar([b + i * 0.4 for b in range(len(backends))], heights, 0.4, label=name)
-    ax.set_xticks([b + 0.2 for b in range(len(backends))], backends); ax.set_title(columns[key])
-axes[0].legend(fontsize=7); fig.tight_layout(); plt.show()
+        # whiskers: the lowest and highest of the runs behind the median (4 recipes x 2 repeats)
+        runs = [[r[key.removesuffix("_median")] for r in bench["rows"]
+                 if r["strategy"] == name and r["backend"] == be] for be in backends]
+        spread = [[h - min(v) for h, v in zip(heights, runs)],
+                  [max(v) - h for h, v in zip(heights, runs)]]
+        ax.bar([b + i * 0.4 for b in range(len(backends))], heights, 0.4, label=name,
+               yerr=spread, capsize=3)
+    ax.set_xticks([b + 0.2 for b in range(len(backends))], backends)
+    ax.set_title(columns[key].removesuffix(" µs").removesuffix(" s")); ax.set_ylabel(units[key])
+fig.suptitle("Stored benchmark: each fake-impl design per backend")
+fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncols=2,
+           bbox_to_anchor=(0.5, -0.08))
+fig.tight_layout(); plt.show()
+print("bars: medians; whiskers: lowest and highest of the 8 runs behind each median "
+      "(4 recipes x 2 repeats)")
+spreads = {key: results.repeat_spread(bench["rows"], key.removesuffix("_median"),
+                                      ("strategy", "backend", "recipe")) for key in units}
+print("two repeats of one strategy x backend x recipe differ by:\n ",
+      "; ".join(f"{columns[k].rsplit(' ', 1)[0]} {lo:.0f}-{hi:.0f} %"
+                for k, (lo, hi) in spreads.items()))
 
 def ratio(key, backend):
     return summary["tensor_proto"][backend][key] / summary["make_empty_traceable"][backend][key]
@@ -269,8 +303,9 @@ print("strategy run-time work (4 reassembles per step) < 5% of a compiled step f
 # runs while fake-tensor propagation and AOTAutograd trace the op, and in the stored
 # benchmark run that shows: for tensor_proto one fake-impl call is a little cheaper (by
 # 6 % under aot_eager and 15 % under inductor) and the median compile CPU time a little
-# lower (by 4 % and 17 %), with 2 repeats whose own spread is 10-40 %: not a significant
-# difference; and the one run-time difference, rebuilding a saved quantized tensor in
+# lower (by 4 % and 17 %), while two repeats of one configuration differ by 8-42 %
+# (printed under the plot): not a significant difference; and the one run-time
+# difference, rebuilding a saved quantized tensor in
 # the backward op, is about 12 µs for a TensorProto against about 21 µs through a
 # meta-device `make_empty` — some 2 % of a training step of this tiny MLP, and
 # independent of tensor size.

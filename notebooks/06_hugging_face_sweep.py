@@ -22,9 +22,23 @@ import warnings
 
 import torch
 
-from tetrt_support.report import Table
+from tetrt_support.report import Table, collapsed
 from tetrt_support.zoo.discover import complex_modeling_files
 
+# %% [markdown]
+# **Abstract.** The answer, its figures read by the cell below from the stored sweep
+# (`benchmarks/results/hf_sweep.json`), and where each part is:
+
+# %%
+from tetrt_support.report import abstract, results
+
+abstract.show("06", **abstract.figures_06(
+    results.load(results.RESULTS_DIR / "hf_sweep.json", "hf_sweep")))
+
+# %% [markdown]
+# The families, found by reading transformers' modeling code:
+
+# %%
 sources = complex_modeling_files()
 Table([(s.family, s.path, sorted(s.markers)) for s in sources],
       ("family", "modeling file", "markers"))
@@ -51,7 +65,9 @@ print(f"{sum(r['passed'] for r in record['rows'])} of {len(record['rows'])} rows
 family_summary_table(record["rows"])
 
 # %%
-rows_table(record["rows"])
+collapsed(rows_table(record["rows"]),
+          f"Every row of the sweep ({len(record['rows'])}): family, export, engine, strategy, "
+          "blocks, errors")
 
 # %% [markdown]
 # Inductor, every family, swept separately (`--engines inductor`): each case compiles its engine

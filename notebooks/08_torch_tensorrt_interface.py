@@ -30,6 +30,16 @@ print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
 print("TensorRT was not run here: engine blocks run in ONNX Runtime on the CPU.")
 
+
+# %% [markdown]
+# **Abstract.** The answer, its figures computed by the cell below (tiny Llama 4 compiled
+# and compared with eager), and where each part is:
+
+# %%
+from tetrt_support.report import abstract
+
+abstract.show("08", **abstract.figures_08())
+
 # %% [markdown]
 # ## 1. One model, three ways in
 #

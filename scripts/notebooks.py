@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -62,6 +63,22 @@ def difference(ipynb: pathlib.Path, src: pathlib.Path) -> str | None:
     return None
 
 
+# Colour codes in a stored output (IPython's error colours, a library's coloured message) are
+# noise in the .ipynb, in a diff and on the site; a stored file holds plain text. nbval
+# removes them from both sides before comparing (notebooks/nbval_sanitize.cfg).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_ansi(nb: nbformat.NotebookNode) -> None:
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                output["traceback"] = [ANSI.sub("", line) for line in output["traceback"]]
+                output["evalue"] = ANSI.sub("", output["evalue"])
+            elif output.get("output_type") == "stream":
+                output["text"] = ANSI.sub("", output["text"])
+
+
 def regenerate(names: list[str], timeout: int) -> None:
     chosen = [p for p in sources() if not names or any(n in p.name for n in names)]
     if not chosen:
@@ -83,6 +100,7 @@ def regenerate(names: list[str], timeout: int) -> None:
             NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
             nb.metadata["kernelspec"] = dict(KERNELSPEC)
+            strip_ansi(nb)
             jupytext.write(nb, ipynb)  # as jupytext's contents manager writes it in Lab
             subprocess.run([*NBSTRIPOUT, str(ipynb)], check=True)
             # The text file last, so it is the newer of the pair (jupytext takes inputs from it).

@@ -75,3 +75,34 @@ def test_caches_of_dead_processes_are_removed(tmp_path: pathlib.Path, monkeypatc
         folder.mkdir()
     notebook._remove_stale_caches()
     assert not stale.exists() and alive.exists() and other.exists()
+
+
+def test_a_short_error_drops_pointers_to_the_stack_trace_it_leaves_out() -> None:
+    error = RuntimeError("conversion failed. See the stack trace for more information.\n\n"
+                         "(Refer to the full stack trace above for more information.)")
+    shown = ANSI.sub("", "\n".join(notebook.format_short_exception(None, RuntimeError, error, None)))
+    assert "stack trace above" not in shown and "See the stack trace" not in shown
+    assert shown.startswith("RuntimeError: conversion failed.")
+    assert shown.endswith("(library frames left out; setup(short_tracebacks=False) shows the full traceback)")
+
+
+def test_regeneration_stores_errors_and_streams_without_colour_codes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tetrt_notebook_script_ansi", ROOT / "scripts" / "notebooks.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
+        nbformat.v4.new_output("error", ename="E", evalue="\x1b[96mstep\x1b[0m 3",
+                               traceback=["\x1b[31mE\x1b[39m: \x1b[96mstep\x1b[0m 3"]),
+        nbformat.v4.new_output("stream", name="stderr", text="\x1b[1mbold\x1b[0m\n")])])
+    script.strip_ansi(nb)
+    error, stream = nb.cells[0].outputs
+    assert (error.evalue, error.traceback, stream.text) == ("step 3", ["E: step 3"], "bold\n")
+    # nbval's sanitizer removes what a live run may still print, so the replay compares equal
+    cfg = (ROOT / "notebooks" / "nbval_sanitize.cfg").read_text()
+    patterns = re.findall(r"^regex: (.*)$\n^replace: (.*)$", cfg, flags=re.M)
+    text = "a \x1b[96mstep\x1b[0m\x1b[1m 3\n\x1b[0m\nend"
+    for regex, replace in patterns:
+        text = re.sub(regex, replace, text)
+    assert text == "a step 3\n\nend"

@@ -35,6 +35,9 @@ from tetrt_support.report.tables import OUTPUT_WIDTH  # the one page width: tabl
 
 _INDUCTOR_CACHE: str | None = None
 _CACHE_PREFIX = "tetrt-inductor-"
+# Sentences of a library's message that send the reader to frames a short error leaves out.
+_STACK_TRACE_REFERENCE = re.compile(
+    r" *\(?(?:Refer to the full stack trace above|See the stack trace)[^.\n]*\.\)?")
 _CELL_FILE = re.compile(r"""[^\s"'()]*ipykernel_\d+[/\\]\d+\.py""")
 
 
@@ -120,7 +123,7 @@ def _ipython() -> Any:
 
 
 def _set_up_matplotlib(shell: Any) -> None:
-    """Readable figures: 7.5 x 4 inches at 100 dpi, stored as retina (2x) PNG.
+    """Readable figures in the collection's style (:data:`FIGURE_STYLE`), stored as retina PNG.
 
     PNG, not SVG: nbval does not compare PNG bytes, while SVG text (glyph paths, ids)
     changes with the matplotlib and FreeType versions. A plot's claim is printed beside it.
@@ -134,11 +137,66 @@ def _set_up_matplotlib(shell: Any) -> None:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
         set_matplotlib_formats("retina")
+        _describe_figures_for_alt_text()
     else:
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"figure.dpi": 100, "figure.figsize": (7.5, 4.0), "font.size": 10})
+    plt.rcParams.update(FIGURE_STYLE)
+
+
+# The page column of the rendered site (docs/_static/tetrt.css: 62em) is about 892 CSS px.
+PAGE_WIDTH_PX = 892
+# One figure style for the collection. At 100 dpi a figure is shown at its size in CSS px
+# (a retina PNG stores twice the pixels), so 8 inches is 800 px: it fits the column unscaled
+# and a 9 pt label stays 9 pt on the page. No text below 9 pt: ticks and legends 9, labels
+# and titles 10. Wider figures (two panels) keep to FIGURE_MAX_WIDTH_IN.
+FIGURE_DPI = 100
+FIGURE_MAX_WIDTH_IN = PAGE_WIDTH_PX / FIGURE_DPI
+MIN_FONT_PT = 9
+FIGURE_STYLE: dict[str, Any] = {
+    "figure.dpi": FIGURE_DPI,
+    "figure.figsize": (8.0, 4.0),
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "xtick.labelsize": MIN_FONT_PT,
+    "ytick.labelsize": MIN_FONT_PT,
+    "legend.fontsize": MIN_FONT_PT,
+    "legend.framealpha": 0.9,
+}
+
+
+def figure_alt_text(fig: Any) -> str:
+    """A figure's words for a reader who cannot see it: its titles (the figure's, then each
+    panel's), or, for an untitled panel, what it plots against what."""
+    parts = []
+    suptitle = getattr(fig, "_suptitle", None)
+    if suptitle is not None and suptitle.get_text():
+        parts.append(suptitle.get_text())
+    for ax in fig.axes:
+        title = ax.get_title() or ax.get_title("left")
+        if title:
+            parts.append(title)
+        elif ax.get_ylabel() and ax.get_xlabel():
+            parts.append(f"{ax.get_ylabel()} against {ax.get_xlabel()}")
+    return "; ".join(dict.fromkeys(parts)) or "figure"
+
+
+def _describe_figures_for_alt_text() -> None:
+    """Store each inline figure's :func:`figure_alt_text` as its output's ``alt`` metadata
+    (docs/conf.py gives it to the site's ``<img>``; nbval does not compare metadata)."""
+    from matplotlib_inline import backend_inline
+
+    fetch = backend_inline._fetch_figure_metadata
+    if getattr(fetch, "_tetrt_alt", False):
+        return
+
+    def with_alt(fig: Any) -> dict[str, Any]:
+        return {**(fetch(fig) or {}), "alt": figure_alt_text(fig)}
+
+    with_alt._tetrt_alt = True  # type: ignore[attr-defined]
+    backend_inline._fetch_figure_metadata = with_alt
 
 
 # --------------------------------------------------------------------------- errors
@@ -216,6 +274,9 @@ def format_short_exception(shell: Any, etype: type[BaseException], value: BaseEx
             lines.append(f"\x1b[32m{arrow.rstrip()}\x1b[39m {code}")
         lines.append("")
     message = short_paths(str(value), shell)
+    if _STACK_TRACE_REFERENCE.search(message):  # the frames it points at are not shown here
+        message = _STACK_TRACE_REFERENCE.sub("", message).rstrip() + (
+            "\n(library frames left out; setup(short_tracebacks=False) shows the full traceback)")
     name = etype.__name__
     text = wrap_lines(f"{name}: {message}" if message else name)
     text[0] = f"\x1b[31m{name}\x1b[39m" + text[0][len(name):]

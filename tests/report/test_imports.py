@@ -34,7 +34,7 @@ def test_importing_the_quant_wing_loads_no_lowering_or_compiler_module() -> None
 @pytest.mark.parametrize("module", ["tetrt_support.report", "tetrt_support.report.tables", "tetrt_support.report.timing",
                                     "tetrt_support.report.results", "tetrt_support.report.perf",
                                     "tetrt_support.report.compare", "tetrt_support.report.complex_graphs",
-                                    "tetrt_support.report.training"])
+                                    "tetrt_support.report.training", "tetrt_support.report.abstract"])
 def test_report_helpers_load_neither_wing_until_called(module: str) -> None:
     modules = _modules_after(f"import {module}")
     assert _under(modules, (*LOWERING_AND_COMPILER, "tetrt_support.quant")) == []

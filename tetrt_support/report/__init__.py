@@ -6,12 +6,13 @@ package (or :mod:`.tables`, :mod:`.timing`, :mod:`.results`, :mod:`.perf`) loads
 lowering and compiler wing nor the quantization wing: the helpers that need one import it
 inside the function that uses it.
 
-Modules: ``tables`` (:class:`Table`), ``timing`` (the one timer), ``compare``
+Modules: ``abstract`` (each notebook's answer and the figures of its abstract), ``tables``
+(:class:`Table`, :func:`collapsed`), ``timing`` (the one timer), ``compare``
 (``max_abs_error``), ``results`` (the one results-file reader), ``perf`` (notebook 05's
 tables and claims), ``complex_graphs`` (notebook 01's inventories and strategy
 comparison), ``quant_tracing`` and ``fake_impl_measure`` (notebooks 03 and 04).
 """
 
-from tetrt_support.report.tables import Table, format_table
+from tetrt_support.report.tables import Table, collapsed, format_table
 
-__all__ = ["Table", "format_table"]
+__all__ = ["Table", "collapsed", "format_table"]

@@ -69,3 +69,16 @@ def load(path: str | pathlib.Path, benchmark: str) -> dict[str, Any]:
 def is_smoke_run(result: Mapping[str, Any]) -> bool:
     """Whether the file comes from a ``--quick`` smoke run (small sizes, few repeats)."""
     return bool(result.get("smoke_run", False))
+
+
+def repeat_spread(rows: list[Mapping[str, Any]], key: str, by: tuple[str, ...]) -> tuple[float, float]:
+    """The smallest and largest spread of ``key`` between the repeats of one configuration
+    (rows equal on ``by``), as (max - min) / mean in percent: how far apart two runs of the
+    same thing landed."""
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in by), []).append(float(row[key]))
+    spreads = [100 * (max(v) - min(v)) / (sum(v) / len(v)) for v in groups.values() if len(v) > 1 and sum(v)]
+    if not spreads:
+        raise ValueError(f"no configuration has two repeats of {key!r}")
+    return min(spreads), max(spreads)

@@ -221,3 +221,35 @@ class Table:
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[Any]) -> str:
     """The plain-text twin of ``Table(rows, headers)`` (for ``print`` and for logs)."""
     return Table(rows, headers).text()
+
+
+class Collapsed:
+    """A long output shown as its summary line, the whole of it behind a closed HTML
+    ``<details>`` section (one click opens it, in Lab and on the site).
+
+    The text/plain twin keeps the whole content: it is what strict nbval compares, so a
+    collapsed table is asserted as fully as a shown one.
+    """
+
+    def __init__(self, summary: str, content: Any) -> None:
+        self.summary = summary
+        self.content = content
+
+    def _content_html(self) -> str:
+        if hasattr(self.content, "_repr_html_"):
+            return self.content._repr_html_()
+        return f"<pre>{html.escape(str(self.content))}</pre>"
+
+    def _repr_html_(self) -> str:
+        return (f"<details><summary>{html.escape(self.summary)}</summary>\n"
+                f"{self._content_html()}\n</details>")
+
+    def __repr__(self) -> str:
+        return f"{self.summary}\n{self.content!r}" if isinstance(self.content, Table) else (
+            f"{self.summary}\n{self.content}")
+
+
+def collapsed(content: Any, summary: str) -> Collapsed:
+    """``content`` (a :class:`Table`, or text such as source code) behind a closed
+    ``<details>`` section headed by ``summary``."""
+    return Collapsed(summary, content)
