@@ -514,14 +514,18 @@ def inline_cases(device: str = "cuda") -> dict[str, Any]:
     return rows
 
 
-def check_inline_cases(report: dict[str, Any]) -> None:
-    """:func:`inline_cases` on the GPU."""
-    report["inline_fp8_current_cases"] = inline_cases("cuda")
+#: the parts that run on a CPU too (``--device cpu``)
+CPU_PARTS = ("inline_decoder", "inline_cases")
 
 
-def check_inline_decoder(report: dict[str, Any]) -> None:
-    """:func:`inline_decoder_runs` on the GPU."""
-    report["inline_fp8_current_decoder"] = inline_decoder_runs("cuda")
+def check_inline_cases(report: dict[str, Any], device: str = "cuda") -> None:
+    """:func:`inline_cases` on ``device``."""
+    report["inline_fp8_current_cases"] = inline_cases(device)
+
+
+def check_inline_decoder(report: dict[str, Any], device: str = "cuda") -> None:
+    """:func:`inline_decoder_runs` on ``device``."""
+    report["inline_fp8_current_decoder"] = inline_decoder_runs(device)
 
 
 def time_kernels(report: dict[str, Any]) -> None:
@@ -600,15 +604,23 @@ def main() -> int:
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels,kernels_autotuned,quantizers,linear,gemms,times,compile,inline,"
                         "inline_decoder,inline_cases")
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: every part not skipped)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cpu: only the parts that also run there (inline_decoder, inline_cases), e.g. under "
+                        "another torch version than CI's")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cpu":
+        args.only = args.only or ",".join(CPU_PARTS)
+        if set(args.only.split(",")) - set(CPU_PARTS):
+            parser.error(f"--device cpu runs only {', '.join(CPU_PARTS)}")
+    elif not torch.cuda.is_available():
         print("gpu_check: no CUDA device", file=sys.stderr)
         return 2
     skip = set(filter(None, args.skip.split(",")))
     from benchmarks.record import machine
 
-    report: dict[str, Any] = {"benchmark": "gpu_check", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-                              "machine": machine("cuda")}
+    report: dict[str, Any] = {"benchmark": "gpu_check", "torch": torch.__version__,
+                              "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+                              "machine": machine(args.device)}
     started = time.perf_counter()
     kernel_rows: list[dict[str, Any]] = []
     def fixed_tiles() -> None:  # the broad matrix on each kernel's default tile sizes (no autotuning)
@@ -626,8 +638,8 @@ def main() -> int:
                      ("quantizers", lambda: check_quantizers(kernel_rows)), ("linear", lambda: check_linear(report)),
                      ("gemms", lambda: check_gemms(report)), ("times", lambda: time_kernels(report)),
                      ("compile", lambda: check_compile(report)), ("inline", lambda: check_inline(report)),
-                     ("inline_decoder", lambda: check_inline_decoder(report)),
-                     ("inline_cases", lambda: check_inline_cases(report))):
+                     ("inline_decoder", lambda: check_inline_decoder(report, args.device)),
+                     ("inline_cases", lambda: check_inline_cases(report, args.device))):
         if part in skip or (args.only and part not in args.only.split(",")):
             continue
         t0 = time.perf_counter()

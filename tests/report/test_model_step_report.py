@@ -44,3 +44,27 @@ def test_the_stored_file_reads() -> None:
 def test_an_unknown_case_is_a_key_error() -> None:
     with pytest.raises(KeyError):
         model_step.model_step_table(_result(), "nope")
+
+
+def test_inline_case_lines_name_the_unequal_norms() -> None:
+    check = {"inline_fp8_current_cases": {
+        "ok": {"eager": [1.0, 2.0], "aot_eager": [1.0, 2.0], "equal": True},
+        "zeros": {"eager": [4108.5, 151.5], "aot_eager": [0.0, 0.0], "equal": False},
+        "broke": {"eager": [1.0, 2.0], "aot_eager": "RuntimeError: x", "equal": False}}}
+    assert model_step.inline_case_lines(check) == [
+        "ok: aot_eager gradients equal eager's",
+        "zeros: aot_eager (weight, input) gradient norms (0, 0), eager (4108, 151.5)",
+        "broke: aot_eager (weight, input) gradient norms failed (RuntimeError: x), eager (1, 2)"]
+
+
+def test_the_inline_fix_is_stored_as_checked_under_torch_2_11() -> None:
+    """The inline step's zero gradients came from torch 2.11's Dynamo (the device's torch);
+    the stored run of the same check under torch 2.11's CPU build, after the fix, finds no
+    zero gradient and every compiled case equal to eager (CI's torch 2.14 never showed it)."""
+    fixed = results.load(results.RESULTS_DIR / "gpu_check_inline_torch211_cpu.json", "gpu_check")
+    assert fixed["torch"].startswith("2.11")
+    runs = fixed["inline_fp8_current_decoder"]
+    assert runs and all(run["zero_or_missing_grads"] == [] for run in runs.values())
+    assert all(row["equal"] for row in fixed["inline_fp8_current_cases"].values())
+    before = results.load(results.RESULTS_DIR / "gpu_check_inline_decoder_cuda.json", "gpu_check")
+    assert before["torch"].startswith("2.11") and not any(r["equal"] for r in before["inline_fp8_current_cases"].values())

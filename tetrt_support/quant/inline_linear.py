@@ -11,13 +11,11 @@ package runs per call. The numerics are :mod:`~tetrt_support.quant.numerics` (th
 reference) and the GEMM calls are the custom ops' own, so both paths give the same bytes.
 
 Covered: FP8 current scaling (per-tensor scales, ``torch._scaled_mm``). Other recipes keep
-the custom ops. Not trusted on CUDA: run eagerly there it equals the custom ops, and a single
-compiled layer did too, but a whole tiny decoder compiled with aot_eager or inductor gets
-zero gradients for every parameter inside its blocks (RMSNorm weights included, so the
-Linears' dgrads are zero, not only their wgrads), which no CPU run reproduces
-(``benchmarks/results/gpu_check_inline_decoder_cuda.json``; ``tests/quant/test_inline_linear.py``
-checks the same gradients on CPU; ``docs/architecture.md`` has the suspect and the check
-to run). So ``compile_as="auto"`` keeps the custom ops on CUDA and ``"inline"`` there warns.
+the custom ops. Under torch 2.11's Dynamo a compiled step once got zero gradients (the
+forward ended in a no-op ``.to``); that is fixed and checked on torch 2.11's CPU build
+(``benchmarks/results/gpu_check_inline_torch211_cpu.json``), but not yet re-run on a GPU,
+so ``compile_as="auto"`` keeps the custom ops on CUDA and an explicit ``"inline"`` there
+warns (``docs/architecture.md`` says what to run).
 What is saved for backward is what TransformerEngine keeps: the input's and the weight's
 column-wise FP8 copies and their scales, not the high-precision tensors.
 """

@@ -14,7 +14,8 @@ from typing import Any
 from tetrt_support.report.tables import Table
 from tetrt_support.report.training import PEER
 
-__all__ = ["LOSS_TOLERANCE", "case_label", "inline_decoder_lines", "model_step_claims", "model_step_table"]
+__all__ = ["LOSS_TOLERANCE", "case_label", "inline_case_lines", "inline_decoder_lines", "model_step_claims",
+           "model_step_table"]
 
 #: the issue's bar for the loss after the run: within 1 % of bf16's
 LOSS_TOLERANCE = 0.01
@@ -96,3 +97,23 @@ def inline_decoder_lines(check: Mapping[str, Any]) -> list[str]:
                      + (f" ({', '.join(z.rsplit('.', 2)[-2] for z in zero)})" if zero else "")
                      + ("" if worst is None else f"; largest gradient-norm difference {worst:.4f}"))
     return lines
+
+
+def inline_case_lines(check: Mapping[str, Any]) -> list[str]:
+    """One line per use of one inline Linear that ``scripts/gpu_check.py --only inline_cases``
+    compiled with aot_eager: whether its weight and input gradient norms equal the same call
+    run eagerly, and both pairs where they do not."""
+    lines = []
+    for name, row in check.get("inline_fp8_current_cases", {}).items():
+        if row.get("equal"):
+            lines.append(f"{name}: aot_eager gradients equal eager's")
+            continue
+        lines.append(f"{name}: aot_eager (weight, input) gradient norms {_pair(row.get('aot_eager'))}, "
+                     f"eager {_pair(row.get('eager'))}")
+    return lines
+
+
+def _pair(norms: Any) -> str:
+    if isinstance(norms, list):
+        return "(" + ", ".join(f"{v:.4g}" for v in norms) + ")"
+    return f"failed ({norms})"
