@@ -21,8 +21,9 @@ The four stateless quantizers are value types, registered by their own modules t
 :mod:`tetrt_support.quant.dynamo` (the only registration this package does at import).
 :class:`Linear` runs its forward and backward as ``torch.library`` custom ops, with two
 interchangeable fake-impl designs (``fake_impl="tensor_proto" | "make_empty_traceable"``).
-TransformerEngine itself was not run to produce or check any of this (it cannot be
-installed on the CPU machines used here).
+TransformerEngine cannot be installed on the CPU machines used here; on a GPU machine its
+kernels were run against these quantizers once, for FP8 delayed and current scaling only
+(``docs/architecture.md``, "Equal to TE").
 """
 
 from __future__ import annotations
