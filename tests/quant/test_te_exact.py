@@ -543,3 +543,18 @@ def test_blockwise_scales_are_tes_gemm_ready_layout(dim: int, rows: int, cols: i
     stored = t._rowwise_scale_inv.t() if dim == 1 else t._rowwise_scale_inv
     assert torch.equal(stored[: valid.shape[0], : valid.shape[1]], valid)
     assert not stored[valid.shape[0]:].any() and not stored[:, valid.shape[1]:].any()
+
+
+def test_nvfp4_recipe_takes_the_error_mode_exactly_as_tes_recipe_asserts() -> None:
+    """TE's ``NVFP4BlockScaling.__post_init__`` asserts ``nvfp4_4over6_err_mode`` in ('MAE', 'MSE')
+    as given (only its environment default is upper-cased), while ``NVFP4Quantizer`` upper-cases
+    it: the recipe refuses "mse", the quantizer takes it, and "weights" is one of TE's scopes."""
+    from tetrt_support.quant.recipes import get_recipe
+
+    with pytest.raises(ValueError, match=r"nvfp4_4over6_err_mode must be 'MAE' or 'MSE', got 'mse'.*asserts"):
+        get_recipe("nvfp4", nvfp4_4over6="weights", nvfp4_4over6_err_mode="mse")
+    weight_quantizer = get_recipe("nvfp4", nvfp4_4over6="weights", nvfp4_4over6_err_mode="MSE").quantizers()[1]
+    assert weight_quantizer.nvfp4_use_4over6 and weight_quantizer.nvfp4_4over6_err_mode == "MSE"
+    assert NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_4over6_err_mode="mse").nvfp4_4over6_err_mode == "MSE"
+    with pytest.raises(ValueError, match="nvfp4_4over6 must be one of"):
+        get_recipe("nvfp4", nvfp4_4over6="gradients")

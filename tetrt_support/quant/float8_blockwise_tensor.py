@@ -33,7 +33,11 @@ class Float8BlockwiseTensor(QuantizedTensor):
 
 @register_value_quantizer
 class Float8BlockQuantizer(RowColumnQuantizer):
-    """FP8 with fp32 per-block scales; value semantics."""
+    """FP8 with fp32 per-block scales; value semantics.
+
+    TE's ``Float8BlockQuantizer`` requires ``rowwise`` and ``columnwise`` as keywords; here
+    the usages default to both on, as every other quantizer of this package (and TE's other
+    quantizers) defaults them, so one spelling builds any format. A recipe sets them per role."""
 
     tensor_class = Float8BlockwiseTensor
     fp8_dtype: torch.dtype

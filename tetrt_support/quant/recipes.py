@@ -171,6 +171,10 @@ def _nvfp4(
         if value not in scopes:
             raise ValueError(f"nvfp4 recipe: {name} must be one of {scopes}, got {value!r}")
 
+    if nvfp4_4over6_err_mode not in ("MAE", "MSE"):  # exact: TE upper-cases only its env default
+        raise ValueError(f"nvfp4 recipe: nvfp4_4over6_err_mode must be 'MAE' or 'MSE', got {nvfp4_4over6_err_mode!r} "
+                         "(TE's NVFP4BlockScaling asserts the field as given; the quantizer alone upper-cases it)")
+
     def in_scope(scope: str, role: str) -> bool:
         return {"none": False, "all": True, "weights": role == "weight", "activations": role != "weight"}[scope]
 
