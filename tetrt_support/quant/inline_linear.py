@@ -44,8 +44,9 @@ def warn_unverified(device: torch.device | str) -> None:
     """Warn that an explicit ``compile_as="inline"`` runs where the inline step is not verified."""
     warnings.warn(
         f"quant.Linear(compile_as='inline') on {torch.device(device).type}: the inline step is verified only on "
-        f"{', '.join(VERIFIED_DEVICE_TYPES)}; a whole compiled model on CUDA got zero gradients "
-        "(tetrt_support.quant.inline_linear's docstring); compile_as='auto' uses the custom ops there",
+        f"{', '.join(VERIFIED_DEVICE_TYPES)}; a whole compiled model on CUDA got zero gradients under torch 2.11, "
+        "fixed but not yet re-checked there (tetrt_support.quant.inline_linear's docstring); compile_as='auto' "
+        "uses the custom ops there",
         RuntimeWarning, stacklevel=3)
 
 

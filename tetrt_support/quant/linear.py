@@ -91,8 +91,9 @@ class Linear(torch.nn.Module):
         self._weight_cache: QuantizedTensor | None = None
         self._weight_cache_columnwise = False  # whether the cache holds the dgrad copy
         self._use_quantizers()  # the ops, the weight templates
-        if compile_as == "inline" and not inline_linear.verified_on(self.weight.device):
-            inline_linear.warn_unverified(self.weight.device)  # here too: a compiled call does not warn
+        device = self.weight.device
+        if compile_as == "inline" and device.type != "meta" and not inline_linear.verified_on(device):
+            inline_linear.warn_unverified(device)  # here too: a compiled call does not warn
         self.reset_parameters()
 
     def _make_weight_templates(self) -> tuple[object, object]:
