@@ -169,7 +169,7 @@ ABSTRACTS: dict[str, Abstract] = {
         "Yes, against an independent restatement of TransformerEngine's algorithms: every "
         "quantizer writes TE's data, scale and amax bytes in TE's layouts, for every format and "
         "input family tried; TE's own kernels were not run.",
-        "Of {compared} comparisons ({configurations} quantizer configurations with TE's defaults, "
+        "Of {compared} comparisons ({configurations} quantizer configurations, "
         "{families} input families, fp32 and bf16 input), {exact} are equal in every byte of "
         "every buffer, scale padding included. Where TE's Python reference and its kernels "
         "disagree on special values the kernels' rule is followed, except for the E2M1 code "
