@@ -41,6 +41,15 @@ print(*wrap_lines("TransformerEngine was not run here: the comparison is against
       sep="\n")
 
 # %% [markdown]
+# **Abstract.** The answer, its counts computed by the cell below (every case of section 1
+# compared with the restatement of TE's algorithm), and where each part is:
+
+# %%
+from tetrt_support.report import abstract  # noqa: E402
+
+abstract.show("07", **abstract.figures_07(te_cases))
+
+# %% [markdown]
 # ## 1. Bytes equal to TE's algorithm, per format
 #
 # Input families (`tests/quant/te_cases.py`): Gaussian; Gaussian with 0.5 % of elements

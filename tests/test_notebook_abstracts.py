@@ -1,7 +1,5 @@
 """Each notebook opens with its question and an abstract: the answer, its figures printed by
 a code cell (not typed in markdown), and where each part is (issue 35).
-
-05 and 07 are expected to follow: another change edits them now.
 """
 
 from __future__ import annotations
@@ -15,23 +13,13 @@ import pytest
 from tetrt_support.report.abstract import ABSTRACTS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PENDING = {"05", "07"}
-
-
-def _cases() -> list:
-    cases = []
-    for number in sorted(ABSTRACTS):
-        marks = [pytest.mark.xfail(reason="abstract pending (05/07 being edited)", strict=False)] \
-            if number in PENDING else []
-        cases.append(pytest.param(number, marks=marks, id=number))
-    return cases
 
 
 def _text(value: str | list[str]) -> str:
     return "".join(value) if isinstance(value, list) else value
 
 
-@pytest.mark.parametrize("number", _cases())
+@pytest.mark.parametrize("number", sorted(ABSTRACTS))
 def test_the_notebook_opens_with_its_question_and_an_abstract_from_a_cell_output(number: str) -> None:
     spec = ABSTRACTS[number]
     cells = json.loads((ROOT / "notebooks" / f"{spec.notebook}.ipynb").read_text())["cells"]

@@ -1,7 +1,5 @@
 """Figures fit the page (issue 35): one style for the collection, and every stored figure
 shown at most as wide as the site's page column, with text no smaller than 9 pt there.
-
-05 and 07 are edited by another change now; their stored figures are expected to follow.
 """
 
 from __future__ import annotations
@@ -20,10 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def _cases(pending: frozenset[str] = frozenset()) -> list:
-    return [pytest.param(p, id=p.stem[:2], marks=[pytest.mark.xfail(
-        reason="figures pending (05/07 being edited)", strict=False)] if p.stem[:2] in pending else [])
-        for p in NOTEBOOKS]
+def _cases() -> list:
+    return [pytest.param(p, id=p.stem[:2]) for p in NOTEBOOKS]
 
 
 def test_the_style_fits_the_page_column_with_text_of_at_least_9_pt() -> None:
@@ -61,7 +57,7 @@ def _png_width(data: str) -> int:
     return struct.unpack(">I", raw[16:20])[0]
 
 
-@pytest.mark.parametrize("ipynb", _cases(frozenset({"05"})))  # 05: a 13-inch figure, no alt text yet
+@pytest.mark.parametrize("ipynb", _cases())
 def test_every_stored_figure_fits_the_page_and_has_alt_text(ipynb: pathlib.Path) -> None:
     problems = []
     for number, cell in enumerate(json.loads(ipynb.read_text())["cells"]):

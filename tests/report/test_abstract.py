@@ -68,7 +68,10 @@ def test_each_section_an_abstract_names_is_a_heading_of_its_notebook(number: str
 def test_figures_from_the_stored_results_fill_their_abstracts() -> None:
     fake = results.load(results.RESULTS_DIR / "fake_impls.json", "fake_impls")
     sweep = results.load(results.RESULTS_DIR / "hf_sweep.json", "hf_sweep")
-    for number, figures in (("04", abstract.figures_04(fake)), ("06", abstract.figures_06(sweep))):
+    perf = abstract.figures_05(*(results.load(results.RESULTS_DIR / f"{name}_cuda.json", name)
+                                 for name in ("perf", "train_step", "model_step")))
+    for number, figures in (("04", abstract.figures_04(fake)), ("05", perf),
+                            ("06", abstract.figures_06(sweep))):
         text = abstract.show(number, **figures)._repr_markdown_()
         assert ABSTRACTS[number].figures_in(text) == {k: str(v) for k, v in figures.items()}
 
