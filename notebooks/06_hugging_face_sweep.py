@@ -70,14 +70,18 @@ collapsed(rows_table(record["rows"]),
           "blocks, errors")
 
 # %% [markdown]
-# Inductor, every family, swept separately (`--engines inductor`): each case compiles its engine
-# block with inductor on first call, 2 to 54 s a case on the two shared cores here (another
-# job shared them for part of this run), so the 44 cases took about 11 minutes of the sweep's own
-# timing. This run's pipeline folds constants after the complex lowering.
+# Inductor, every family, swept separately (`--engines inductor`): each case hands its engine
+# block to inductor's `compile_fx` (no nested `torch.compile`) and compiles it on first call, on
+# the two shared cores here (another job shared them for part of this run); the cell prints the
+# cases and the sweep's own timing of them. This run's pipeline folds constants after the
+# complex lowering.
 
 # %%
 inductor = results.load(results.RESULTS_DIR / "hf_sweep_inductor.json", "hf_sweep")
 print(inductor["command"].split(" --out")[0])
+seconds = [r["seconds"] for r in inductor["rows"]]
+print(f"{sum(r['passed'] for r in inductor['rows'])} of {len(seconds)} cases pass,",
+      f"{min(seconds):.0f} to {max(seconds):.0f} s a case, {sum(seconds) / 60:.0f} minutes in all")
 family_summary_table(inductor["rows"])
 
 # %% [markdown]
@@ -285,13 +289,19 @@ print("ranges before:", ranges_before,
 # tokens differ block by block while its logits do not; the whole-program comparison still covers
 # them.
 #
-# Out of reach, shown by tests (`tests/zoo/test_hf_families.py`):
+# Out of reach, shown by tests (`tests/zoo/test_hf_families.py`, `tests/zoo/test_codec_models.py`):
 #
 # - **Autoformer with a dynamic time axis**: `torch.export` itself refuses it: the model ties
 #   the past length to its config (context length plus the largest lag) and export specialises
 #   it; only the batch is dynamic above.
 # - **FNet's DFT-matrix path with another sequence length**: the model's own code requires
 #   `seq == tpu_short_seq_length`.
+# - **WavTokenizer's whole forward**: `torch.export` refuses `WavTokenizerModel(input_values=...)`
+#   with `GuardOnDataDependentSymNode` in `_pad1d` (its encoder pads by amounts computed from
+#   tensor buffers; the smallest repro, one `WavTokenizerConv1d`, is pinned by
+#   `tests/zoo/test_codec_models.py`); its `decode(audio_codes)` compiles.
+# - **NeuCodec's whole forward with a dynamic length**: export specialises the length (the
+#   forward truncates to `int(length * 1.5)`), so only the batch is dynamic.
 #
 # Open: the full table covers eager and ONNX Runtime, the inductor table every family apart;
 # TensorRT was not run here. Feature extractors' `stft` (Whisper, Parakeet, ...) runs in
