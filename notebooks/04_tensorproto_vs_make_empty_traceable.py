@@ -223,6 +223,10 @@ Table.from_records(measure.compile_matrix(RECIPES, FAKE_IMPLS))
 # clock also counts waiting for a core. "fake impl" is one call of the forward op's fake
 # impl (compile-time work that differs between the strategies), "reassemble" one rebuild
 # of a saved quantized tensor (their run-time difference; 4 per training step).
+# The run's load average is printed under the tables: about 4.9 on 2 CPUs, so every
+# absolute time here is inflated by the other jobs. The two strategies were measured in
+# the same run, one fresh process after the other in an order that alternates between
+# repeats, so both met much the same load, and their ratios hold better than the times.
 
 # %%
 bench = results.load("../benchmarks/results/fake_impls.json", "fake_impls")
@@ -250,7 +254,8 @@ def timings(keys, title):
 
 display(timings(list(columns)[:4], "compile and training step (medians)"),
         timings(list(columns)[4:], "one call, in the strategy's own code (medians)"))
-print("load average while measuring:", [round(v, 1) for v in bench["machine"]["loadavg_at_end"]],
+print("load average (1, 5, 15 min) at the end of the run:",
+      [round(v, 1) for v in bench["machine"]["loadavg_at_end"]],
       "on", bench["machine"]["cpu_count"], "CPUs")
 
 # %%

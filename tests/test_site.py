@@ -6,6 +6,12 @@ script error, every math element typeset by MathJax without a TeX error, every i
 loaded (plots as retina PNG, shown at a readable width), every stored output shown whole
 on a 1280-pixel screen (no output box that scrolls sideways), and no absolute machine
 path or full Python traceback in the text.
+
+Checked again at a phone's width (390 CSS pixels): the page itself never scrolls sideways
+and nothing sticks out past the screen unless it sits in a box that scrolls sideways on its
+own (a wide table or code block scrolls inside its box); every table cell with text keeps
+a readable width; every plot keeps at least 600 pixels, so its 9-pt text stays legible.
+Set ``TETRT_SITE_SHOTS`` to a folder to get a screenshot of every page at both widths.
 """
 
 from __future__ import annotations
@@ -57,6 +63,29 @@ def browser():
         chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
         yield chromium
         chromium.close()
+
+
+PHONE = {"width": 390, "height": 844}
+# furo's drawers (the navigation and the table of contents) wait off the screen until opened.
+OFF_SCREEN_BY_DESIGN = ".sidebar-drawer, .toc-drawer"
+PHONE_CHECK = """() => {
+  const width = document.documentElement.clientWidth;
+  const scrolls = e => { for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(a).overflowX)
+          && a.getBoundingClientRect().right <= width + 1) return true; } return false; };
+  const sticking = [...document.querySelectorAll('body *')].filter(e => {
+      const r = e.getBoundingClientRect();
+      return r.width > 0 && r.right > width + 1 && !e.closest('%s') && !scrolls(e); })
+    .map(e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : '')
+               + ' ' + (e.innerText || '').slice(0, 60));
+  const narrow = [...document.querySelectorAll('article td, article th')]
+    .filter(c => c.innerText.trim().length > 12 && c.getBoundingClientRect().width < 100)
+    .map(c => c.innerText.trim().slice(0, 40));
+  const small = [...document.querySelectorAll('.cell_output img')]
+    .filter(i => i.getBoundingClientRect().width < 600).map(i => i.getAttribute('src'));
+  return {page: [document.documentElement.scrollWidth, width], sticking: sticking.slice(0, 5),
+          narrow: narrow.slice(0, 5), small: small.slice(0, 5)};
+}""" % OFF_SCREEN_BY_DESIGN
 
 
 def _pages(site: pathlib.Path) -> list[pathlib.Path]:
@@ -121,4 +150,29 @@ def test_every_page_renders_offline_in_chromium(site: pathlib.Path, browser) -> 
         problems += [f"{name}: fetched {url} (the site must be self-contained)" for url in outside]
         problems += [f"{name}: script error: {e}" for e in errors]
         page.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_every_page_reads_on_a_phone(site: pathlib.Path, browser) -> None:
+    shots = os.environ.get("TETRT_SITE_SHOTS")
+    problems: list[str] = []
+    for path in _pages(site):
+        name = path.relative_to(site).as_posix()
+        for viewport in (PHONE, {"width": 1280, "height": 900}) if shots else (PHONE,):
+            page = browser.new_page(viewport=viewport)
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file://", "data:")) else r.abort())
+            page.goto(path.as_uri(), wait_until="load")
+            if shots:
+                pathlib.Path(shots).mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(pathlib.Path(shots) / f"{name.replace('/', '_')}_{viewport['width']}.png"))
+            if viewport is PHONE:
+                found = page.evaluate(PHONE_CHECK)
+                scroll_width, width = found["page"]
+                if scroll_width > width:
+                    problems.append(f"{name}: the page scrolls sideways at {width} px ({scroll_width} px wide)")
+                problems += [f"{name}: sticks out past a {width}-px screen, in no scrolling box: {e!r}"
+                             for e in found["sticking"]]
+                problems += [f"{name}: a table cell is squeezed under 100 px at {width} px: {t!r}" for t in found["narrow"]]
+                problems += [f"{name}: plot {src} is shown under 600 px at {width} px" for src in found["small"]]
+            page.close()
     assert not problems, "\n".join(problems)

@@ -152,6 +152,25 @@ def test_plots_draw_one_artist_per_variant_and_recipe() -> None:
         plt.close(fig)
 
 
+def test_the_loss_studies_share_one_figure_that_fits_the_page() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tetrt_support import notebook
+
+    fig = training.plot_loss_studies([_fake_loss_study(), _fake_loss_study()], window=5)
+    try:
+        assert fig.get_size_inches()[0] <= notebook.FIGURE_MAX_WIDTH_IN
+        axes = fig.axes
+        assert len(axes) == 4 and all(ax.get_ylabel().endswith(")") for ax in axes)  # units
+        assert [len(ax.lines) for ax in axes] == [4, 3, 4, 3]
+        assert fig.legends and [t.get_text() for t in fig.legends[0].get_texts()] == ["bf16", "fp8_current", "nvfp4"]
+        assert fig.get_suptitle().startswith("Training loss per recipe")
+    finally:
+        plt.close(fig)
+
+
 def test_the_loss_study_runs_from_the_entry_point(tmp_path: pathlib.Path) -> None:
     from benchmarks import perf
 

@@ -151,7 +151,8 @@ ABSTRACTS: dict[str, Abstract] = {
         "re-timed on a GPU.",
         (("1", "RoPE against the roofline"), ("2", "the attention block and a mid-size Llama 4"),
          ("3", "the quantized Linear"), ("4", "the training step, its targets and bounds"),
-         ("5", "a whole model"), ("open", "what remains")),
+         ("5", "a whole model"), ("6", "the loss curves of every recipe"),
+         ("open", "what remains")),
     ),
     "06": Abstract(
         "06_hugging_face_sweep",

@@ -32,6 +32,7 @@ __all__ = [
     "loss_file_contents",
     "missed_against_bounds",
     "missed_targets",
+    "plot_loss_studies",
     "plot_loss_study",
     "profile_table",
     "plot_step_speedups",
@@ -475,3 +476,25 @@ def plot_loss_study(axes: Sequence[Any], result: Mapping[str, Any], window: int 
     diff.set_xlabel("step")
     diff.set_ylabel("loss minus bf16's (nats)")
     diff.set_title(f"{_where(result)}: distance to bf16", fontsize=10)
+
+
+def plot_loss_studies(studies: Sequence[Mapping[str, Any]], window: int = 20) -> Any:
+    """One row per loss-study file (e.g. the CPU run, then the H200 run), each with
+    :func:`plot_loss_study`'s two panels; one legend for all, below. Returns the figure,
+    8 in wide so it keeps to the page column."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(studies), 2, figsize=(8.0, 2.9 * len(studies) + 1.0), squeeze=False)
+    for row, study in zip(axes, studies):
+        plot_loss_study(row, study, window)
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles))
+    fig.suptitle(f"Training loss per recipe (running mean of {window} steps)\n"
+                 "and its distance to bf16's, one row per machine")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
