@@ -1,5 +1,5 @@
 """Each notebook opens with its question and an abstract: the answer, its figures printed by
-a code cell (not typed in markdown), and where each part is (issue 35).
+a code cell (not typed in markdown), and where each part is.
 """
 
 from __future__ import annotations

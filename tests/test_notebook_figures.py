@@ -1,4 +1,4 @@
-"""Figures fit the page (issue 35): one style for the collection, and every stored figure
+"""Figures fit the page: one style for the collection, and every stored figure
 shown at most as wide as the site's page column, with text no smaller than 9 pt there.
 """
 

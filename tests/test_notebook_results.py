@@ -1,4 +1,4 @@
-"""Each notebook reads the results files it says it reads (issue 35).
+"""Each notebook reads the results files it says it reads.
 
 The rule: every file name ``<name>.json`` that a notebook's header (its first markdown
 cell) names and that exists in ``benchmarks/results/`` is loaded by one of its code cells.

@@ -195,7 +195,7 @@ class SmallMLP(torch.nn.Module):
 def test_backend_by_name_with_the_inductor_engine_compiles_the_block_with_inductor(
     pass_through: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 34 item 4: the inductor engine used ``torch.compile`` inside the block, which
+    """The inductor engine once used ``torch.compile`` inside the block, which
     Dynamo skips while it compiles the caller's frame; the whole graph fell back to PyTorch
     with a warning, or raised with ``pass_through_build_failures=True``."""
     import tetrt_support.compiler  # noqa: F401 - registers "tetrt"

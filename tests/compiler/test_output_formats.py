@@ -1,4 +1,4 @@
-"""Torch-TensorRT's other ``save`` spellings (issue 34 item 6): ``output_format="aot_inductor"``
+"""Torch-TensorRT's other ``save`` spellings: ``output_format="aot_inductor"``
 (a ``.pt2`` package of AOTInductor's shared library, loaded only when trusted),
 ``output_format="torchscript"`` (refused, saying why) and ``extra_files`` on save and load."""
 
