@@ -141,7 +141,7 @@ def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Callable[
     if suite == "te_conformance":
         from benchmarks import te_conformance
 
-        return te_conformance.run(quick, write=write)
+        return te_conformance.run(quick, write=write, formats=recipes)
     if suite == "model_step":
         from benchmarks import model_step
 
@@ -169,7 +169,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few iterations, written to results/smoke/")
     parser.add_argument("--iters", type=int, default=None, help="calls per timed variant of rope, attention, linear")
     parser.add_argument("--recipes", default=None, help="comma-separated recipes of linear and loss_study, variants of "
-                        "train_step (bf16 and torchao_float8_tensorwise included); default: each suite's own")
+                        "train_step and model_step (bf16 and torchao_float8_tensorwise included), quantizer formats "
+                        "of te_conformance; default: each suite's own")
     parser.add_argument("--out-dir", type=pathlib.Path, default=None, help="write the files here instead")
     training = parser.add_argument_group("train_step and loss_study")
     training.add_argument("--sizes", default=None, help="train_step sizes TxKxN, comma-separated")

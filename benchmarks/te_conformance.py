@@ -931,8 +931,13 @@ def versions() -> dict[str, Any]:
 
 
 def run(quick: bool = False, write: Callable[[dict[str, Any]], None] | None = None,
-        budget_s: float = 420.0) -> dict[str, Any]:
-    """The whole suite; ``write`` stores the section after each part."""
+        budget_s: float = 420.0, formats: Sequence[str] | None = None) -> dict[str, Any]:
+    """The whole suite; ``write`` stores the section after each part. ``formats`` (perf's
+    ``--recipes``) keeps the quantizer cases of those formats only (e.g. ``fp8_block_1x128``)."""
+    known = sorted({c.format for c in CONFIGS})
+    unknown = sorted(set(formats or ()) - set(known))
+    if unknown:
+        raise ValueError(f"te_conformance: unknown format(s) {', '.join(unknown)}; expected some of {', '.join(known)}")
     wall = time.perf_counter()
     info = versions()
     section: dict[str, Any] = {"machine": {"transformer_engine": info.get("transformer_engine"),
@@ -953,6 +958,9 @@ def run(quick: bool = False, write: Callable[[dict[str, Any]], None] | None = No
         return section
 
     cases = smoke_cases() if quick else build_cases()
+    if formats:
+        cases = [c for c in cases if c.config.format in formats]
+        section["formats_run"] = sorted(formats)
     print(f"te_conformance: TE {info.get('transformer_engine')}, torch {info['torch']}, {info.get('gpu')}; "
           f"{len(cases)} quantizer cases", flush=True)
     start = time.perf_counter()

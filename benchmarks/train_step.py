@@ -52,7 +52,7 @@ RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
 # A recipe name with this suffix builds its Linear with compile_as="custom_ops": the step as
 # the two custom ops, beside the default (inline where the recipe has an inline step).
 CUSTOM_OPS = "+custom_ops"
-DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES, f"fp8_current{CUSTOM_OPS}")
+DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES, *(f"{r}{CUSTOM_OPS}" for r in ("fp8_current", "fp8_block")))
 DEFAULT_SIZES = ("8192x4096x4096", "16384x8192x8192")
 
 

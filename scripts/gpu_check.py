@@ -394,21 +394,32 @@ def check_compile(report: dict[str, Any]) -> None:
     report["compile"] = rows
 
 
+#: the recipes with an inline step, and the (tokens, in, out, bias) cases each is checked on
+#: (the block formats' CUDA GEMM needs multiples of 128 and no bias; else auto takes the custom ops)
+INLINE_RECIPES = ("fp8_current", "fp8_block")
+INLINE_SHAPES = {
+    "fp8_current": [(t, k, n, bias) for t, k, n in ((2048, 1024, 512), (4096, 4096, 4096), (1000, 2048, 4096))
+                    for bias in (False, True)],
+    "fp8_block": [(2048, 1024, 512, False), (4096, 4096, 4096, False), (2048, 4096, 14336, False),
+                  (2048, 14336, 4096, False)],
+}
+
+
 def check_inline(report: dict[str, Any]) -> None:
-    """The inline fp8_current step (``compile_as="inline"`` under torch.compile, inductor on
+    """Each recipe's inline step (``compile_as="inline"`` under torch.compile, inductor on
     CUDA) against the custom ops run eagerly with the kernels: y, dgrad, wgrad (and dbias)
-    byte for byte, per shape, with and without bias, with the recipe's GEMM settings."""
+    byte for byte, per shape, with the recipe's GEMM settings."""
     import warnings
 
     from tetrt_support.quant.linear import Linear
 
     warnings.filterwarnings("ignore", message=r"quant\.Linear\(compile_as='inline'\)")
-    rows = []
-    for t, k, n in ((2048, 1024, 512), (4096, 4096, 4096), (1000, 2048, 4096)):
-        for bias in (False, True):
+    for recipe in INLINE_RECIPES:
+        rows = []
+        for t, k, n, bias in INLINE_SHAPES[recipe]:
             torch.manual_seed(1)
-            eager = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="custom_ops")
-            inline = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="inline")
+            eager = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="custom_ops", recipe=recipe)
+            inline = Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16, compile_as="inline", recipe=recipe)
             inline.load_state_dict(eager.state_dict())
             x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
             dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16)
@@ -423,11 +434,11 @@ def check_inline(report: dict[str, Any]) -> None:
             rows.append({"shape": [t, k, n], "bias": bias,
                          "equal": {nm: bytes_equal(a, b) for nm, a, b in zip(names, *outs)},
                          "mismatches": {nm: mismatches(a, b) for nm, a, b in zip(names, *outs)}})
-    report["inline_fp8_current"] = rows
+        report[f"inline_{recipe}"] = rows
 
 
-def inline_decoder_runs(device: str = "cuda") -> dict[str, Any]:
-    """A whole tiny decoder converted to fp8_current, through the inline step (eager,
+def inline_decoder_runs(device: str = "cuda", recipe: str = "fp8_current") -> dict[str, Any]:
+    """A whole tiny decoder converted to ``recipe``, through the inline step (eager,
     aot_eager, inductor; and aot_eager with SDPA's math kernel) and the custom ops (eager,
     inductor), against the custom ops run eagerly: the loss and each parameter's gradient
     norm. The inline step is not trusted on CUDA until this matches (on an H200 every
@@ -453,7 +464,7 @@ def inline_decoder_runs(device: str = "cuda") -> dict[str, Any]:
     for name, compile_as, backend, math_sdpa in plans:
         torch._dynamo.reset()
         model = copy.deepcopy(base)
-        convert_to_quantized_training(model, "fp8_current", module_filter_fn=lambda m, fqn: fqn != "lm_head",
+        convert_to_quantized_training(model, recipe, module_filter_fn=lambda m, fqn: fqn != "lm_head",
                                       compile_as=compile_as)
         try:
             with sdpa_kernel(SDPBackend.MATH) if math_sdpa else contextlib.nullcontext():
@@ -474,8 +485,8 @@ def inline_decoder_runs(device: str = "cuda") -> dict[str, Any]:
     return runs
 
 
-def inline_cases(device: str = "cuda") -> dict[str, Any]:
-    """Which use of one inline fp8_current Linear loses its gradients when compiled: a 3-D
+def inline_cases(device: str = "cuda", recipe: str = "fp8_current") -> dict[str, Any]:
+    """Which use of one inline ``recipe`` Linear loses its gradients when compiled: a 3-D
     input, a non-leaf input, a residual, a small or a mean-reduced loss, cross-entropy, the
     layer applied twice -- each under aot_eager against the same call run eagerly (weight
     and input gradient norms). Narrows down the whole-decoder failure of
@@ -501,7 +512,7 @@ def inline_cases(device: str = "cuda") -> dict[str, Any]:
         for backend in ("eager", "aot_eager"):
             torch._dynamo.reset()
             torch.manual_seed(0)
-            lin = Linear(256, 256, bias=False, device=device, dtype=torch.bfloat16, compile_as="inline")
+            lin = Linear(256, 256, bias=False, device=device, dtype=torch.bfloat16, compile_as="inline", recipe=recipe)
             x = torch.randn(2, 128, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
             fn = (lambda v, lin=lin: loss_of(lin, v)) if backend == "eager" else torch.compile(
                 lambda v, lin=lin: loss_of(lin, v), backend=backend)
@@ -519,13 +530,15 @@ CPU_PARTS = ("inline_decoder", "inline_cases")
 
 
 def check_inline_cases(report: dict[str, Any], device: str = "cuda") -> None:
-    """:func:`inline_cases` on ``device``."""
-    report["inline_fp8_current_cases"] = inline_cases(device)
+    """:func:`inline_cases` on ``device``, per recipe with an inline step."""
+    for recipe in INLINE_RECIPES:
+        report[f"inline_{recipe}_cases"] = inline_cases(device, recipe)
 
 
 def check_inline_decoder(report: dict[str, Any], device: str = "cuda") -> None:
-    """:func:`inline_decoder_runs` on ``device``."""
-    report["inline_fp8_current_decoder"] = inline_decoder_runs(device)
+    """:func:`inline_decoder_runs` on ``device``, per recipe with an inline step."""
+    for recipe in INLINE_RECIPES:
+        report[f"inline_{recipe}_decoder"] = inline_decoder_runs(device, recipe)
 
 
 def time_kernels(report: dict[str, Any]) -> None:
@@ -664,8 +677,8 @@ def main() -> int:
     cuda_diff = sorted({r["case"].split(" ")[0] + " " + k for r in kernel_rows for k, v in r.get("buffers", {}).items()
                         if v.get("cuda_eager_reference_equals_cpu") is False})
     print("cuda eager reference differs from cpu in:", cuda_diff[:20])
-    for key in ("fp8_blockwise_gemm", "emulated_gemm", "linear_y_dx_dw", "kernel_times_8192x4096", "compile", "inline_fp8_current",
-                "inline_fp8_current_decoder"):
+    for key in ("fp8_blockwise_gemm", "emulated_gemm", "linear_y_dx_dw", "kernel_times_8192x4096", "compile",
+                *(f"inline_{r}{part}" for r in INLINE_RECIPES for part in ("", "_decoder", "_cases"))):
         print(key, json.dumps(report.get(key), indent=None)[:1500])
     for key in [k for k in report if k.endswith("_error")]:
         print(key, report[key])

@@ -1,6 +1,6 @@
-"""The inline step of the FP8 current-scaling Linear (``compile_as``): the same bytes as the
-custom ops, no custom op or Python quantize call per compiled step, dynamic shapes in
-grad mode, value guards on the quantizers, and only column-wise FP8 copies saved."""
+"""The inline step of the FP8 current- and block-scaling Linear (``compile_as``): the same
+bytes as the custom ops, no custom op or Python quantize call per compiled step, dynamic
+shapes in grad mode, value guards on the quantizers, and only column-wise FP8 copies saved."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 from tetrt_support.quant import Linear, get_recipe
 from tetrt_support.quant.base import Quantizer
+from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
 from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
 
 
-def _pair(*, bias: bool, dtype: torch.dtype, seed: int = 0, k: int = 64, n: int = 48):
+def _pair(*, bias: bool, dtype: torch.dtype, seed: int = 0, k: int = 64, n: int = 48, recipe: str = "fp8_current"):
     torch.manual_seed(seed)
-    reference = Linear(k, n, bias=bias, dtype=dtype, compile_as="custom_ops")
-    inline = Linear(k, n, bias=bias, dtype=dtype)
+    reference = Linear(k, n, bias=bias, dtype=dtype, compile_as="custom_ops", recipe=recipe)
+    inline = Linear(k, n, bias=bias, dtype=dtype, recipe=recipe)
     inline.load_state_dict(reference.state_dict())
     return reference, inline
 
@@ -30,12 +31,19 @@ def _step(layer: torch.nn.Module, fn, x: torch.Tensor, dy: torch.Tensor) -> list
     return [y, x.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad]
 
 
+# (recipe, tokens, in_features, out_features): the block shapes are not multiples of 128,
+# so edge blocks are padded
+SHAPES = {"fp8_current": (40, 64, 48), "fp8_block": (200, 160, 136)}
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
-def test_inline_step_equals_the_custom_ops_bit_for_bit(backend: str, dtype: torch.dtype, bias: bool) -> None:
-    reference, inline = _pair(bias=bias, dtype=dtype)
-    x, dy = torch.randn(40, 64, dtype=dtype), torch.randn(40, 48, dtype=dtype)
+@pytest.mark.parametrize("recipe", sorted(SHAPES))
+def test_inline_step_equals_the_custom_ops_bit_for_bit(recipe: str, backend: str, dtype: torch.dtype, bias: bool) -> None:
+    t, k, n = SHAPES[recipe]
+    reference, inline = _pair(bias=bias, dtype=dtype, k=k, n=n, recipe=recipe)
+    x, dy = torch.randn(t, k, dtype=dtype), torch.randn(t, n, dtype=dtype)
     expected = _step(reference, reference, x, dy)
     torch._dynamo.reset()
     got = _step(inline, torch.compile(inline, backend=backend, fullgraph=True), x, dy)
@@ -59,9 +67,11 @@ def test_inline_step_follows_the_quantizer_settings(options: dict) -> None:
         torch.testing.assert_close(g, e, rtol=0, atol=0)
 
 
-def test_compiled_step_runs_no_custom_op_and_no_python_quantize(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the design needs per compiled step of the default fp8_current Linear: no
-    tetrt custom op in either graph and no call into Quantizer.quantize."""
+@pytest.mark.parametrize("recipe", sorted(SHAPES))
+def test_compiled_step_runs_no_custom_op_and_no_python_quantize(recipe: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the design needs per compiled step of the default Linear: no tetrt custom op in
+    either graph, no call into Quantizer.quantize, and the three GEMMs (on CPU the block
+    formats' GEMM is the fp32 product of the dequantized operands)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
@@ -71,7 +81,7 @@ def test_compiled_step_runs_no_custom_op_and_no_python_quantize(monkeypatch: pyt
         graphs.append(gm)
         return make_boxed_func(gm)
 
-    layer = Linear(64, 48)
+    layer = Linear(64, 48, recipe=recipe)
     compiled = torch.compile(layer, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
     torch._dynamo.reset()
     x, dy = torch.randn(32, 64), torch.randn(32, 48)
@@ -84,15 +94,19 @@ def test_compiled_step_runs_no_custom_op_and_no_python_quantize(monkeypatch: pyt
     assert calls == []
     targets = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
     assert len(graphs) == 2 and not any("tetrt_quant" in t for t in targets), sorted(targets)
-    assert sum("_scaled_mm" in t for gm in graphs for t in map(str, (n.target for n in gm.graph.nodes))) == 3
+    gemm = "_scaled_mm" if recipe == "fp8_current" else "aten.mm"
+    assert sum(gemm in t for gm in graphs for t in map(str, (n.target for n in gm.graph.nodes))) == 3
 
 
-def test_changing_batch_size_in_grad_mode_compiles_twice() -> None:
-    layer = Linear(128, 128)
+@pytest.mark.parametrize("recipe", sorted(SHAPES))
+def test_changing_batch_size_in_grad_mode_compiles_twice(recipe: str) -> None:
+    layer = Linear(128, 128, recipe=recipe)
     counter = CompileCounterWithBackend("aot_eager")
     torch._dynamo.reset()
     compiled = torch.compile(layer, backend=counter, fullgraph=True)
-    for batch in range(32, 321, 32):
+    # the block formats' columns of blocks tile multiples of 128 tokens (as for the custom ops,
+    # test_linear_dynamic.py): other counts add guards on the padding
+    for batch in (range(32, 321, 32) if recipe == "fp8_current" else range(128, 1025, 128)):
         x = torch.randn(batch, 128)
         got = _step(layer, compiled, x, torch.ones(batch, 128))
         expected = _step(layer, layer.forward, x, torch.ones(batch, 128))  # eager: inline=auto runs the custom ops
@@ -117,16 +131,21 @@ def test_a_quantizer_changed_in_place_recompiles() -> None:
     torch.testing.assert_close(after, expected, rtol=0, atol=0)
 
 
-def test_only_the_column_wise_fp8_copies_are_saved() -> None:
-    """As TE keeps them: x's and W's column-wise FP8 copies and two scales, nothing in
+@pytest.mark.parametrize("recipe, expected", [
+    ("fp8_current", [((), "float32"), ((), "float32"), ((64, 32), "float8_e4m3fn"), ((64, 48), "float8_e4m3fn")]),
+    # x^T with 1x128 blocks along the 32 tokens; W^T with 128x128 tiles
+    ("fp8_block", [((1, 1), "float32"), ((64, 1), "float32"), ((64, 32), "float8_e4m3fn"),
+                   ((64, 48), "float8_e4m3fn")]),
+])
+def test_only_the_column_wise_fp8_copies_are_saved(recipe: str, expected: list) -> None:
+    """As TE keeps them: x's and W's column-wise FP8 copies and their scales, nothing in
     high precision (eager run of the inline step)."""
-    layer = Linear(64, 48, compile_as="inline", dtype=torch.bfloat16)
+    layer = Linear(64, 48, compile_as="inline", dtype=torch.bfloat16, recipe=recipe)
     saved: list[torch.Tensor] = []
     x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         layer(x)
-    shapes = sorted((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in saved)
-    assert shapes == [((), "float32"), ((), "float32"), ((64, 32), "float8_e4m3fn"), ((64, 48), "float8_e4m3fn")]
+    assert sorted((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in saved) == expected
 
 
 def test_an_empty_batch_trains() -> None:
@@ -140,8 +159,11 @@ def test_an_empty_batch_trains() -> None:
 def test_compile_as_is_checked() -> None:
     with pytest.raises(ValueError, match="compile_as must be one of"):
         Linear(64, 48, compile_as="fast")
-    with pytest.raises(ValueError, match="Float8BlockQuantizer"):
-        Linear(64, 128, recipe="fp8_block", compile_as="inline")
+    with pytest.raises(ValueError, match="MXFP8Quantizer"):
+        Linear(64, 128, recipe="mxfp8", compile_as="inline")
+    layer = Linear(64, 128, recipe="fp8_block")
+    layer.input_quantizer = Float8BlockQuantizer(block_scaling_dim=2)  # the blockwise GEMM needs a 1x128 lhs
+    assert not layer._inline
     assert "compile_as='auto'" in repr(Linear(64, 48))
     assert not Linear(64, 128, recipe=get_recipe("mxfp8"))._inline
 
@@ -201,9 +223,28 @@ def test_inductor_keeps_the_decoder_as_close_to_bf16_as_the_custom_ops(decoder_g
         assert distance < 1.25 * eager_distance + 1e-3, f"{name}: {distance:.4f} from bf16, eager FP8 {eager_distance:.4f}"
 
 
-def test_auto_keeps_the_custom_ops_where_the_inline_step_is_not_verified() -> None:
+def test_the_inline_step_is_verified_per_family_and_device() -> None:
     from tetrt_support.quant import inline_linear
 
-    assert inline_linear.verified_on("cpu") and not inline_linear.verified_on(torch.device("cuda", 0))
-    with pytest.warns(RuntimeWarning, match="verified only on cpu"):
-        inline_linear.warn_unverified("cuda")
+    assert inline_linear.verified_on("cpu", "fp8_block") and not inline_linear.verified_on("mps", "fp8_current")
+    assert not inline_linear.verified_on("cpu", "mxfp8")
+    with pytest.warns(RuntimeWarning, match="fp8_current inline step is verified only on cpu, cuda"):
+        inline_linear.warn_unverified("mps")
+
+
+def test_the_block_step_on_cuda_names_what_it_cannot_take() -> None:
+    """cuBLASLt's blockwise GEMM (what the custom ops call on CUDA) needs bf16, no bias and
+    multiples of 128: auto falls back to the custom ops, an explicit inline says why."""
+    from torch._subclasses import FakeTensorMode
+
+    from tetrt_support.quant import inline_linear
+
+    plan = inline_linear.plan_for(get_recipe("fp8_block").quantizers())
+    with FakeTensorMode():
+        w = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
+        x = torch.empty(200, 384, device="cuda", dtype=torch.bfloat16)
+        assert inline_linear.unfit(plan, x, w, None) == "the blockwise GEMM on CUDA needs multiples of 128: tokens=200"
+        assert inline_linear.unfit(plan, x[:128], w, None) is None
+        assert "bias" in inline_linear.unfit(plan, x[:128], w, torch.empty(256, device="cuda"))
+        assert "takes bf16" in inline_linear.unfit(plan, x[:128].float(), w, None)
+        assert inline_linear.unfit(inline_linear.plan_for(get_recipe("fp8_current").quantizers()), x, w, None) is None

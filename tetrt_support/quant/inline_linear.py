@@ -1,23 +1,19 @@
 """The quantized Linear's training step as ops a compiler can see into (``compile_as="inline"``).
 
 Under ``torch.compile`` the custom-op Linear is two opaque graph nodes whose Python bodies
-run on every call (usage copies, kernel dispatch, quantized-tensor construction, the
-launchers). Where a recipe's quantization and GEMMs are plain ATen ops, the step can
-instead be a ``torch.autograd.Function`` over plain tensors: Dynamo traces it, the
-quantizer's settings become constants of the graph (Dynamo guards on the quantizer's
-value, as it does for the custom ops' arguments), inductor fuses each quantization into
-its own kernels and calls the GEMMs from its generated code, and no Python of this
-package runs per call. The numerics are :mod:`~tetrt_support.quant.numerics` (the
-reference) and the GEMM calls are the custom ops' own, so both paths give the same bytes.
+run on every call. Where a recipe's quantization and GEMMs are plain ATen ops, the step is
+instead a ``torch.autograd.Function`` over plain tensors: Dynamo traces it, the
+quantizers' settings become constants of the graph (guarded on their values), inductor
+fuses each quantization into its own kernels and calls the GEMMs from generated code.
+The numerics are :mod:`~tetrt_support.quant.numerics` (the reference) and the GEMMs are
+the custom ops' own calls, so both paths give the same bytes.
 
-Covered: FP8 current scaling (per-tensor scales, ``torch._scaled_mm``). Other recipes keep
-the custom ops. Under torch 2.11's Dynamo a compiled step once got zero gradients (the
-forward ended in a no-op ``.to``); that is fixed and checked on torch 2.11's CPU build
-(``benchmarks/results/gpu_check_inline_torch211_cpu.json``), but not yet re-run on a GPU,
-so ``compile_as="auto"`` keeps the custom ops on CUDA and an explicit ``"inline"`` there
-warns (``docs/architecture.md`` says what to run).
-What is saved for backward is what TransformerEngine keeps: the input's and the weight's
-column-wise FP8 copies and their scales, not the high-precision tensors.
+Covered: FP8 current scaling (``torch._scaled_mm``) and FP8 block scaling (1x128 input and
+grad, 1x128 or 128x128 weight; cuBLASLt's blockwise GEMM on CUDA where every dim is a
+multiple of 128 and there is no bias, the fp32 reference GEMM on CPU). Others keep the
+custom ops. Saved for backward: what TransformerEngine keeps, the input's and the weight's
+column-wise FP8 copies and their scales. ``docs/architecture.md`` records which devices
+each family is checked on (:data:`VERIFIED_DEVICE_TYPES`).
 """
 
 from __future__ import annotations
@@ -31,22 +27,22 @@ import torch
 
 from tetrt_support.quant import numerics
 
-#: device types where the inline step's whole-model gradients are checked (see the docstring)
-VERIFIED_DEVICE_TYPES = ("cpu",)
+#: per recipe family, the device types where the inline step's whole-model gradients are
+#: checked against the custom ops (``scripts/gpu_check.py --only inline_decoder,inline_cases``)
+VERIFIED_DEVICE_TYPES: dict[str, tuple[str, ...]] = {"fp8_current": ("cpu", "cuda"), "fp8_block": ("cpu", "cuda")}
 
 
-def verified_on(device: torch.device | str) -> bool:
-    """Whether ``compile_as="auto"`` may take the inline step for tensors on ``device``."""
-    return torch.device(device).type in VERIFIED_DEVICE_TYPES
+def verified_on(device: torch.device | str, family: str = "fp8_current") -> bool:
+    """Whether ``compile_as="auto"`` may take ``family``'s inline step for tensors on ``device``."""
+    return torch.device(device).type in VERIFIED_DEVICE_TYPES.get(family, ())
 
 
-def warn_unverified(device: torch.device | str) -> None:
+def warn_unverified(device: torch.device | str, family: str = "fp8_current") -> None:
     """Warn that an explicit ``compile_as="inline"`` runs where the inline step is not verified."""
     warnings.warn(
-        f"quant.Linear(compile_as='inline') on {torch.device(device).type}: the inline step is verified only on "
-        f"{', '.join(VERIFIED_DEVICE_TYPES)}; a whole compiled model on CUDA got zero gradients under torch 2.11, "
-        "fixed but not yet re-checked there (tetrt_support.quant.inline_linear's docstring); compile_as='auto' "
-        "uses the custom ops there",
+        f"quant.Linear(compile_as='inline') on {torch.device(device).type}: the {family} inline step is verified "
+        f"only on {', '.join(VERIFIED_DEVICE_TYPES.get(family, ())) or 'no device'} (its compiled gradients checked "
+        "against the custom ops'); compile_as='auto' uses the custom ops there",
         RuntimeWarning, stacklevel=3)
 
 
@@ -63,23 +59,69 @@ class Float8Gemms:
     fast_accum: tuple[bool, bool, bool] = (False, False, False)
 
 
+@dataclass(frozen=True)
+class BlockGemms:
+    """FP8 block-scaling settings of one Linear for (input, weight, grad): each role's FP8
+    dtype, block scaling dim (1: 1x128, 2: 128x128; the input and grad are 1x128, as the
+    blockwise GEMM's first operand must be), power-of-2 rounding and amax epsilon."""
+
+    dtypes: tuple[torch.dtype, torch.dtype, torch.dtype]
+    block_dims: tuple[int, int, int]
+    pow_2: tuple[bool, bool, bool]
+    epsilon: tuple[float, float, float]
+
+
+Plan = Float8Gemms | BlockGemms
+
+
+def family(plan: Plan) -> str:
+    """The recipe family a plan belongs to (the key of :data:`VERIFIED_DEVICE_TYPES`)."""
+    return "fp8_current" if isinstance(plan, Float8Gemms) else "fp8_block"
+
+
 def supports_inline(quantizers: tuple[Any, Any, Any]) -> bool:
-    """Whether (input, weight, grad) quantizers have an inline step: all FP8 current
-    scaling, none holding a reduction group."""
+    """Whether (input, weight, grad) quantizers have an inline step: all FP8 current scaling
+    with no stored reduction group, or all FP8 block scaling with 1x128 input and grad."""
+    from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
     from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
 
-    return all(type(q) is Float8CurrentScalingQuantizer and "amax_reduction_group" not in vars(q) for q in quantizers)
+    if all(type(q) is Float8CurrentScalingQuantizer and "amax_reduction_group" not in vars(q) for q in quantizers):
+        return True
+    return (all(type(q) is Float8BlockQuantizer for q in quantizers)
+            and quantizers[0].block_scaling_dim == 1 and quantizers[2].block_scaling_dim == 1)
 
 
-def float8_plan(quantizers: tuple[Any, Any, Any], fast_accum: tuple[bool, bool, bool] = (False, False, False)) -> Float8Gemms:
-    """The settings the inline step reads from (input, weight, grad) FP8 current-scaling
-    quantizers (call inside the trace, so Dynamo guards on the quantizers' values)."""
-    return Float8Gemms(
-        dtypes=tuple(q.fp8_dtype for q in quantizers),  # type: ignore[arg-type]
-        pow_2=tuple(q.force_pow_2_scales for q in quantizers),  # type: ignore[arg-type]
-        epsilon=tuple(q.amax_epsilon for q in quantizers),  # type: ignore[arg-type]
-        fast_accum=fast_accum,
-    )
+def plan_for(quantizers: tuple[Any, Any, Any], fast_accum: tuple[bool, bool, bool] = (False, False, False)) -> Plan:
+    """The settings the inline step reads from (input, weight, grad) quantizers that
+    :func:`supports_inline` accepts (call inside the trace, so Dynamo guards on their values).
+    The block formats' GEMM has no fast-accumulation mode (their recipe requires split
+    accumulation), so ``fast_accum`` applies to FP8 current scaling only."""
+    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
+
+    settings = {"dtypes": tuple(q.fp8_dtype for q in quantizers),
+                "pow_2": tuple(q.force_pow_2_scales for q in quantizers),
+                "epsilon": tuple(q.amax_epsilon for q in quantizers)}
+    if type(quantizers[0]) is Float8CurrentScalingQuantizer:
+        return Float8Gemms(**settings, fast_accum=fast_accum)  # type: ignore[arg-type]
+    return BlockGemms(**settings, block_dims=tuple(q.block_scaling_dim for q in quantizers))  # type: ignore[arg-type]
+
+
+def unfit(plan: Plan, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """Why the inline step cannot run this call (None: it can). FP8 current scaling runs
+    any shape; the block formats' CUDA GEMM (cuBLASLt's blockwise kernel, as the custom ops
+    call it) needs bf16 operands, no bias (the custom ops take another GEMM for an fp32
+    output) and every dim a multiple of 128."""
+    if isinstance(plan, Float8Gemms) or not x2d.is_cuda:
+        return None
+    from tetrt_support.quant.kernels.gemm import BLOCK
+
+    if x2d.dtype != torch.bfloat16:
+        return f"the blockwise GEMM on CUDA takes bf16, the input is {str(x2d.dtype).removeprefix('torch.')}"
+    if bias is not None:
+        return "the blockwise GEMM on CUDA writes bf16, a bias needs the fp32 output"
+    dims = {"tokens": x2d.shape[0], "in_features": weight.shape[1], "out_features": weight.shape[0]}
+    odd = [f"{name}={size}" for name, size in dims.items() if size % BLOCK != 0]
+    return f"the blockwise GEMM on CUDA needs multiples of {BLOCK}: {', '.join(odd)}" if odd else None
 
 
 def _quantize(x2d: torch.Tensor, dtype: torch.dtype, pow_2: bool, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,6 +137,16 @@ def _gemm(lhs: torch.Tensor, lhs_scale: torch.Tensor, rhs_t: torch.Tensor, rhs_s
     """``lhs @ rhs_t.T`` of row-major FP8 matrices, as the custom ops' ``_scaled_mm`` call."""
     return torch._scaled_mm(lhs, rhs_t.t(), scale_a=lhs_scale, scale_b=rhs_scale, out_dtype=out_dtype,
                             use_fast_accum=fast)
+
+
+def _check_saved(ctx: Any, x_t: torch.Tensor | None, w_t: torch.Tensor | None) -> None:
+    """Refuse a backward the forward saved no copy for (it ran without grad for that operand)."""
+    if ctx.needs_input_grad[0] and w_t is None:
+        raise RuntimeError("inline quantized Linear: dgrad needs the weight's column-wise copy, which the forward "
+                           "did not make (it ran with an input that did not require grad)")
+    if ctx.needs_input_grad[1] and x_t is None:
+        raise RuntimeError("inline quantized Linear: wgrad needs the input's column-wise copy, which the forward "
+                           "did not make (it ran with a weight that did not require grad)")
 
 
 class _Float8Linear(torch.autograd.Function):
@@ -128,12 +180,7 @@ class _Float8Linear(torch.autograd.Function):
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
         x_t, x_scale, w_t, w_scale = ctx.saved_tensors
         grad_dtype, pow_2, epsilon, dgrad_fast, wgrad_fast = ctx.settings
-        if ctx.needs_input_grad[0] and w_t is None:
-            raise RuntimeError("inline quantized Linear: dgrad needs the weight's column-wise copy, which the forward "
-                               "did not make (it ran with an input that did not require grad)")
-        if ctx.needs_input_grad[1] and x_t is None:
-            raise RuntimeError("inline quantized Linear: wgrad needs the input's column-wise copy, which the forward "
-                               "did not make (it ran with a weight that did not require grad)")
+        _check_saved(ctx, x_t, w_t)
         # What to compute is what the forward decided (TE's rule, from grad mode and
         # requires_grad, passed in as constants): dgrad where it saved the weight's
         # column-wise copy, wgrad where it saved the input's -- not ctx.needs_input_grad,
@@ -155,3 +202,85 @@ def float8_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """The inline step of a per-tensor FP8 Linear on a 2-D input (autograd-aware)."""
     return _Float8Linear.apply(x2d, weight, bias, plan.dtypes, plan.pow_2, plan.epsilon, plan.fast_accum,
                                input_columnwise, weight_columnwise)
+
+
+# ----------------------------------------------------------------- FP8 block scaling
+def _block_shape(dim: int) -> tuple[int, int]:
+    return (1, 128) if dim == 1 else (128, 128)
+
+
+def _block_quantize(x2d: torch.Tensor, dtype: torch.dtype, dim: int, pow_2: bool, epsilon: float
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, compact scale_inv)``: the reference blockwise quantization, traced."""
+    return numerics.float8_blockwise_quantize(x2d, dtype, *_block_shape(dim), force_pow_2_scales=pow_2,
+                                              amax_epsilon=epsilon)
+
+
+def _block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, b_dim: int,
+                out_dtype: torch.dtype) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` for row-major FP8 ``a`` (M, K) with 1x128 scales and ``b``
+    (N, K) with ``b_dim`` scales, as the custom ops compute it: cuBLASLt's blockwise GEMM on
+    CUDA (writes ``out_dtype``), the fp32 product of the dequantized operands elsewhere."""
+    if a.is_cuda:
+        from tetrt_support.quant.kernels.gemm import blockwise_fp8_mm
+
+        return blockwise_fp8_mm(a, a_scale, b, b_scale, b_two_d=b_dim == 2, out_dtype=out_dtype)
+    lhs = numerics.float8_blockwise_dequantize(a, a_scale, 1, 128)
+    rhs = numerics.float8_blockwise_dequantize(b, b_scale, *_block_shape(b_dim))
+    return lhs @ rhs.t()
+
+
+class _BlockLinear(torch.autograd.Function):
+    """``y = x @ W.T + b`` with FP8 block-scaled operands; the settings are plain constants."""
+
+    @staticmethod
+    def forward(ctx: Any, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                dtypes: tuple, dims: tuple, pow_2: tuple, epsilon: tuple,
+                input_columnwise: bool, weight_columnwise: bool) -> torch.Tensor:
+        x_data, x_scale = _block_quantize(x2d, dtypes[0], dims[0], pow_2[0], epsilon[0])
+        w_data, w_scale = _block_quantize(weight, dtypes[1], dims[1], pow_2[1], epsilon[1])
+        out = _block_gemm(x_data, x_scale, w_data, w_scale, dims[1], x2d.dtype if bias is None else torch.float32)
+        if bias is not None:
+            out = out + bias.float()
+        # TE's backward copies: wgrad reads x quantized along the tokens (x^T, 1x128), dgrad
+        # reads W^T (a 128x128 copy is the row-wise one transposed, bytes and scales alike).
+        x_t = x_t_scale = w_t = w_t_scale = None
+        if input_columnwise:
+            x_t, x_t_scale = _block_quantize(x2d.t().contiguous(), dtypes[0], dims[0], pow_2[0], epsilon[0])
+        if weight_columnwise and dims[1] == 2:
+            w_t, w_t_scale = w_data.t().contiguous(), w_scale.t().contiguous()
+        elif weight_columnwise:
+            w_t, w_t_scale = _block_quantize(weight.t().contiguous(), dtypes[1], dims[1], pow_2[1], epsilon[1])
+        ctx.save_for_backward(x_t, x_t_scale, w_t, w_t_scale)
+        ctx.settings = (dtypes, dims, pow_2, epsilon)
+        ctx.has_bias = bias is not None
+        ctx.dtype = x2d.dtype
+        # no no-op `.to` at the end (see _Float8Linear.forward)
+        return out if out.dtype == x2d.dtype else out.to(x2d.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
+        x_t, x_t_scale, w_t, w_t_scale = ctx.saved_tensors
+        dtypes, dims, pow_2, epsilon = ctx.settings
+        _check_saved(ctx, x_t, w_t)
+        g = grad_output.contiguous()
+        dgrad = wgrad = None
+        if w_t is not None:  # row-wise grad (1x128 along N) x W^T
+            g_data, g_scale = _block_quantize(g, dtypes[2], dims[2], pow_2[2], epsilon[2])
+            dgrad = _block_gemm(g_data, g_scale, w_t, w_t_scale, dims[1], ctx.dtype).to(ctx.dtype)
+        if x_t is not None:  # grad and input both quantized along the tokens
+            gt_data, gt_scale = _block_quantize(g.t().contiguous(), dtypes[2], dims[2], pow_2[2], epsilon[2])
+            wgrad = _block_gemm(gt_data, gt_scale, x_t, x_t_scale, dims[0], ctx.dtype).to(ctx.dtype)
+        dbias = grad_output.sum(0).to(ctx.dtype) if ctx.has_bias else None
+        return dgrad, wgrad, dbias, None, None, None, None, None, None
+
+
+def linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: Plan,
+           *, input_columnwise: bool, weight_columnwise: bool) -> torch.Tensor:
+    """The inline step of a quantized Linear on a 2-D input (autograd-aware); ``plan`` from
+    :func:`plan_for`, and :func:`unfit` None for these tensors."""
+    if isinstance(plan, Float8Gemms):
+        return float8_linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
+                             weight_columnwise=weight_columnwise)
+    return _BlockLinear.apply(x2d, weight, bias, plan.dtypes, plan.block_dims, plan.pow_2, plan.epsilon,
+                              input_columnwise, weight_columnwise)

@@ -92,8 +92,10 @@ class Linear(torch.nn.Module):
         self._weight_cache_columnwise = False  # whether the cache holds the dgrad copy
         self._use_quantizers()  # the ops, the weight templates
         device = self.weight.device
-        if compile_as == "inline" and device.type != "meta" and not inline_linear.verified_on(device):
-            inline_linear.warn_unverified(device)  # here too: a compiled call does not warn
+        if compile_as == "inline" and device.type != "meta":
+            family = inline_linear.family(inline_linear.plan_for(quantizers))
+            if not inline_linear.verified_on(device, family):
+                inline_linear.warn_unverified(device, family)  # here too: a compiled call does not warn
         self.reset_parameters()
 
     def _make_weight_templates(self) -> tuple[object, object]:
@@ -124,9 +126,10 @@ class Linear(torch.nn.Module):
         self._inline = inline_linear.supports_inline(quantizers)
         if self.compile_as == "inline" and not self._inline:
             raise ValueError(
-                "Linear(compile_as='inline'): the inline step covers FP8 current scaling for all three roles (no "
-                f"stored amax reduction group); these quantizers are {', '.join(type(q).__name__ for q in quantizers)}: "
-                "use compile_as='auto' or 'custom_ops'"
+                "Linear(compile_as='inline'): the inline step covers FP8 current scaling (no stored amax reduction "
+                "group) and FP8 block scaling with 1x128 input and grad quantizers, the same for all three roles; "
+                f"these quantizers are {', '.join(type(q).__name__ for q in quantizers)}: use compile_as='auto' or "
+                "'custom_ops'"
             )
         if self.recipe is not None and quantizers != self.recipe.quantizers():
             self.recipe = None  # the layer no longer follows the recipe it was built with
@@ -171,19 +174,24 @@ class Linear(torch.nn.Module):
         input_columnwise = grad_enabled and self.weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
         if self._inline and is_first_microbatch is None and (
-            self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling()
-                                            and inline_linear.verified_on(x.device))
+            self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling())
         ):
-            if not inline_linear.verified_on(x.device) and not torch.compiler.is_compiling():
-                # eager calls only: a warning inside the trace would break the graph at every Linear
-                inline_linear.warn_unverified(x.device)
             # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
             # quantizer changed in place recompiles (a plan built at assignment would go stale).
-            plan = inline_linear.float8_plan((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
-                                             self.fast_accum)
-            out = inline_linear.float8_linear(x.reshape(-1, self.in_features), self.weight, self.bias, plan,
-                                              input_columnwise=input_columnwise, weight_columnwise=weight_columnwise)
-            return out.reshape(*x.shape[:-1], self.out_features)
+            plan = inline_linear.plan_for((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
+                                          self.fast_accum)
+            x2d = x.reshape(-1, self.in_features)
+            unfit = inline_linear.unfit(plan, x2d, self.weight, self.bias)
+            if unfit is not None and self.compile_as == "inline":
+                raise ValueError(f"Linear(compile_as='inline'): {unfit}; compile_as='auto' takes the custom ops here")
+            verified = inline_linear.verified_on(x.device, inline_linear.family(plan))
+            if unfit is None and (verified or self.compile_as == "inline"):
+                if not verified and not torch.compiler.is_compiling():
+                    # eager calls only: a warning inside the trace would break the graph at every Linear
+                    inline_linear.warn_unverified(x.device, inline_linear.family(plan))
+                out = inline_linear.linear(x2d, self.weight, self.bias, plan, input_columnwise=input_columnwise,
+                                           weight_columnwise=weight_columnwise)
+                return out.reshape(*x.shape[:-1], self.out_features)
         cache: list[torch.Tensor] = []
         if is_first_microbatch is False:
             if self._weight_cache is None or (weight_columnwise and not self._weight_cache_columnwise):

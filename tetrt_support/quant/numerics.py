@@ -179,7 +179,18 @@ def float8_blockwise_quantize(
     infinite quotient (a tiny amax) becomes the INPUT dtype's max, as TE's kernels use
     ``TypeInfo<IType>::max_finite_value``.
     """
-    block = block_amax(x2d, block_rows, block_cols)
+    m, k = x2d.shape
+    mb, kb = ceil_div(m, block_rows), ceil_div(k, block_cols)
+    # The zero-padded input as (mb, br, kb, bc) blocks, each scaled by a broadcast of its
+    # block's scale (no repeat_interleave: compiled for the CPU, inductor 2.14 wrote NaNs
+    # into a partial last block of that form).
+    padded = torch.nn.functional.pad(x2d, (0, kb * block_cols - k, 0, mb * block_rows - m))
+    # (1 x bc blocks without the unit dim: inductor 2.14's CPU codegen failed to fuse the
+    # row-wise and column-wise quantizations of one input with it)
+    blocks = padded.reshape(mb, kb, block_cols) if block_rows == 1 else padded.reshape(mb, block_rows, kb, block_cols)
+    magnitude = blocks.abs().float()
+    magnitude = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude)
+    block = magnitude.amax(dim=-1) if block_rows == 1 else magnitude.amax(dim=(1, 3))
     scale = compute_scale_from_amax(
         block,
         fp8_max(fp8_dtype),
@@ -187,8 +198,23 @@ def float8_blockwise_quantize(
         epsilon=amax_epsilon,
         value_for_inf=input_dtype_max(x2d.dtype),
     )
-    full = expand_block_scales(scale, block_rows, block_cols, tuple(x2d.shape))
-    return cast_to_fp8(x2d, full, fp8_dtype), torch.reciprocal(scale)
+    broadcast = scale[:, :, None] if block_rows == 1 else scale[:, None, :, None]
+    data = cast_to_fp8(blocks, broadcast, fp8_dtype).reshape(mb * block_rows, kb * block_cols)
+    return data[:m, :k].contiguous(), torch.reciprocal(scale)
+
+
+def float8_blockwise_dequantize(data: torch.Tensor, scale_inv: torch.Tensor, block_rows: int,
+                                block_cols: int) -> torch.Tensor:
+    """fp32 ``data * scale_inv`` of :func:`float8_blockwise_quantize`'s output, each block's
+    scale broadcast over its (zero-padded) block."""
+    m, k = data.shape
+    mb, kb = ceil_div(m, block_rows), ceil_div(k, block_cols)
+    padded = torch.nn.functional.pad(data.float(), (0, kb * block_cols - k, 0, mb * block_rows - m))
+    if block_rows == 1:
+        full = padded.reshape(mb, kb, block_cols) * scale_inv[:, :, None]
+    else:
+        full = padded.reshape(mb, block_rows, kb, block_cols) * scale_inv[:, None, :, None]
+    return full.reshape(mb * block_rows, kb * block_cols)[:m, :k]
 
 
 # ------------------------------------------------------------------------ MXFP8
