@@ -47,16 +47,10 @@ from torch.utils import _pytree as pytree
 # nodes at import, and a registration first made inside a trace is not seen by it.
 from transformers.modeling_outputs import BaseModelOutput
 
+from tetrt_support.compiler.context import CompileContext, Pass
 from tetrt_support.compiler.io_adapters import flat_outputs, input_placeholders, view_outputs_as_complex
 from tetrt_support.compiler.partition import block_of
-from tetrt_support.compiler.pipeline import (
-    PASSES,
-    CompileContext,
-    CompiledModule,
-    Pass,
-    pack_complex_inputs,
-    run_passes,
-)
+from tetrt_support.compiler.pipeline import PASSES, CompiledModule, pack_complex_inputs, run_passes
 from tetrt_support.complex.codegen import retrace_preserving_signature
 
 __all__ = [
@@ -159,9 +153,7 @@ def retrace_again(mode: str) -> Pass:
     def retrace_through_codegen(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
         if ctx.strategy != "retrace":
             return gm
-        traced = retrace(gm, ctx.packed_example_inputs(), mode)
-        traced.meta.update(gm.meta)
-        return traced
+        return retrace(gm, ctx.packed_example_inputs(), mode)
 
     retrace_through_codegen.__name__ = f"retrace_through_codegen_{mode}"
     return retrace_through_codegen
@@ -278,11 +270,12 @@ POLICIES = {p.name: p for p in (BEFORE_FIX, RESTORE_ONLY, FLATTEN_FIX, EVERY_COM
 def compile_as(
     policy: HistoricalPolicy,
     exported_program: torch.export.ExportedProgram,
-    backend: str = "eager",
+    engine_name: str = "eager",
     strategy: str = "rewrite",
 ) -> CompiledModule:
-    """``tetrt_support.compile``, with ``policy``'s pass list instead of the shipped one."""
-    return run_passes(exported_program, backend, strategy, policy.passes)
+    """``tetrt_support.compile(exported_program, backend=engine_name, strategy=strategy)``,
+    with ``policy``'s pass list instead of the shipped one."""
+    return run_passes(exported_program, engine_name, strategy, policy.passes)
 
 
 # --------------------------------------------------------------------------- case models

@@ -3,10 +3,12 @@ exactly like ``ep.module()``.
 
 :func:`compile` is the ordered pass list :data:`~tetrt_support.compiler.pipeline.PASSES`
 (lower, partition, build engine blocks, complex I/O adapters, signature, input check);
-:mod:`.partition`, :mod:`.io_adapters`, :mod:`.input_check` and :mod:`.engines` hold
-what the passes call, and :mod:`.serialization` saves and loads the result.
-:mod:`.settings` holds the options (Torch-TensorRT's names), :mod:`.backend` the
-``torch.compile`` backend ``"tetrt"``, :mod:`.refit` ``refit_module_weights``.
+:mod:`.context` is the contract every pass keeps (``(gm, ctx) -> gm``, and what ``ctx``
+holds); :mod:`.partition`, :mod:`.io_adapters`, :mod:`.input_check` and :mod:`.engines`
+hold what the passes call, and :mod:`.serialization` saves and loads the result.
+:mod:`.settings` holds the options (Torch-TensorRT's names; ``backend`` is the engine of
+the engine blocks), :mod:`.backend` the ``torch.compile`` backend ``"tetrt"``,
+:mod:`.refit` ``refit_module_weights``.
 """
 
 from __future__ import annotations

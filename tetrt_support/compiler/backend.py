@@ -8,6 +8,13 @@ same with this package's pipeline: each captured graph is exported to ATen
 (``torch.export.export(strict=False)``) and compiled by ``tetrt_support.compile`` with
 ``options`` (the names of :class:`~tetrt_support.compiler.settings.CompilationSettings`).
 
+"Backend" here is torch.compile's word: what Dynamo hands its graphs to (Torch-TensorRT's
+``torch_tensorrt_backend``, registered as ``"tensorrt"`` and ``"torch_tensorrt"``, the path
+``torch_tensorrt.compile(ir="torch_compile")`` takes). The ``backend`` keyword of
+``tetrt_support.compile`` (and ``options["backend"]`` here) names something else: the
+engine that builds the engine blocks (``"onnxruntime"``, ``"inductor"``, ...), called
+``engine_name`` inside the compiler. Torch-TensorRT has one engine, so no such keyword.
+
 Differences, each for a reason:
 
 - Dynamo passes the sizes of dynamic dims as SymInt inputs; an engine block takes

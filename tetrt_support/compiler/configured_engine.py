@@ -29,16 +29,19 @@ import copy
 import operator
 import re
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from tetrt_support.compiler.engines.base import DynamicDims, Engine, standalone_block
-from tetrt_support.compiler.partition import BLOCK_OPS_KEY, FALLBACK_PREFIX, block_kind
+from tetrt_support.compiler.partition import block_kind, run_block_in_pytorch
 from tetrt_support.compiler.functionalize import writes_in_place
 from tetrt_support.compiler.settings import CompilationSettings, op_qualified_name
+
+if TYPE_CHECKING:
+    from tetrt_support.compiler.context import CompileContext
 
 
 def replace_tensor_attribute(owner: torch.nn.Module, field: str, value: torch.Tensor) -> None:
@@ -326,16 +329,7 @@ class ConfiguredEngine(Engine):
 
 
 # --------------------------------------------------------------------------- passes
-def _fallback_name(gm: fx.GraphModule, name: str) -> str:
-    new = f"{FALLBACK_PREFIX}{name}"
-    i = 0
-    while hasattr(gm, new):
-        i += 1
-        new = f"{FALLBACK_PREFIX}{name}_{i}"
-    return new
-
-
-def run_failed_builds_in_pytorch(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+def run_failed_builds_in_pytorch(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     """Each :class:`FailedBuild`: raise (``pass_through_build_failures=True``), or run the
     block in PyTorch as ``fallback_<name>`` with a warning naming it and the error."""
     settings: CompilationSettings = ctx.settings
@@ -346,26 +340,19 @@ def run_failed_builds_in_pytorch(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule
         if not isinstance(module, FailedBuild):
             continue
         name = str(node.target)
-        ops = gm.meta.get(BLOCK_OPS_KEY, {}).get(name, ())
+        ops = ctx.block_ops.get(name, ())
         what = f"engine block {name} ({len(ops)} ops)" if ops else f"engine block {name}"
         if settings.pass_through_build_failures:
             raise BlockBuildError(
                 f"the {module.engine} engine failed to build {what}: {_reason(module.error)} "
                 f"(pass_through_build_failures=True; with False it would run in PyTorch instead)"
             ) from module.error
-        new = _fallback_name(gm, name)
+        new = run_block_in_pytorch(gm, ctx, name, module.block)
         warnings.warn(
             f"the {module.engine} engine failed to build {what} ({_reason(module.error)}); "
             f"it runs in PyTorch as {new}",
             stacklevel=2,
         )
-        gm.add_module(new, module.block)
-        delattr(gm, name)
-        node.target = new
-        for key in (BLOCK_OPS_KEY, "tetrt_block_weights"):  # what was recorded under the old name
-            recorded = gm.meta.get(key, {})
-            if name in recorded:
-                recorded[new] = recorded.pop(name)
     gm.recompile()
     return gm
 
@@ -421,7 +408,7 @@ def _pytorch_nodes(gm: fx.GraphModule) -> list[tuple[str, fx.Node]]:
     return found
 
 
-def check_full_compilation(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+def check_full_compilation(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     """``require_full_compilation=True``: raise unless every op runs in an engine block,
     naming each op left to PyTorch, its block and its source line."""
     if not ctx.settings.require_full_compilation:
@@ -431,6 +418,6 @@ def check_full_compilation(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
         lines = [f"  {op_qualified_name(n.target)} in {block} at {_source_line(n)}" for block, n in left]
         raise FullCompilationError(
             f"require_full_compilation=True, but {len(left)} op(s) would run in PyTorch, outside "
-            f"the {ctx.settings.backend} engine:\n" + "\n".join(lines)
+            f"the {ctx.engine_name} engine:\n" + "\n".join(lines)
         )
     return gm

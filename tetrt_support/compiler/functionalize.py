@@ -17,11 +17,14 @@ lets an engine refuse the op: a mutation it did not rewrite runs in PyTorch.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+if TYPE_CHECKING:
+    from tetrt_support.compiler.context import CompileContext
 
 __all__ = ["functionalize_view_writes", "writes_in_place"]
 
@@ -176,10 +179,10 @@ def _fill_meta(gm: fx.GraphModule) -> None:
             node.meta["val"] = node.target(*args, **kwargs)
 
 
-def functionalize_view_writes(gm: fx.GraphModule, ctx: Any = None) -> fx.GraphModule:
+def functionalize_view_writes(gm: fx.GraphModule, ctx: CompileContext | None = None) -> fx.GraphModule:
     """Rewrite in-place ops on graph-made tensors (``copy_`` into a slice of ``new_empty``,
     ``x.add_(y)``, ``detach_``) as their functional twins, written back through the view
-    chain by scatter ops (a pass)."""
+    chain by scatter ops (a pass; it reads nothing of ``ctx``, so it also runs on its own)."""
     graph = gm.graph
     changed, progress = False, True
     while progress:  # a write into the result of a rewritten write needs that one's metadata

@@ -12,6 +12,9 @@ calls: ``engine_0``, ``fallback_0``, ...
 A block with several outputs returns each through an ``operator.getitem`` in the parent
 graph; :func:`block_of` follows such a getitem back to its block, which is what the
 output boundary must do (a getitem of a block IS that block's output).
+
+An engine block that cannot stay one after it is built (its build failed, or it does not
+match PyTorch) is demoted by :func:`run_block_in_pytorch`, the one place that renames a block.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import fx
@@ -30,6 +33,9 @@ from torch.utils import _pytree as pytree
 
 from tetrt_support.complex._inline import inline_grad_mode_wrappers
 from tetrt_support.complex.detect import is_complex_value, touches_complex
+
+if TYPE_CHECKING:
+    from tetrt_support.compiler.context import CompileContext
 
 __all__ = [
     "BLOCK_OPS_KEY",
@@ -48,10 +54,12 @@ __all__ = [
     "is_real_valued",
     "partition",
     "prepare_for_partitioning",
+    "run_block_in_pytorch",
 ]
 
 ENGINE_PREFIX = "engine_"
-#: ``gm.meta`` key: block name -> its ATen ops, recorded before an engine replaces the graph
+#: ``meta`` key of a compiled module: block name -> its ATen ops, recorded before an engine
+#: replaces the graph
 BLOCK_OPS_KEY = "tetrt_block_ops"
 FALLBACK_PREFIX = "fallback_"
 
@@ -341,6 +349,26 @@ def block_kind(name: str) -> str | None:
     if name.startswith(FALLBACK_PREFIX):
         return "fallback"
     return None
+
+
+def run_block_in_pytorch(gm: fx.GraphModule, ctx: CompileContext, name: str, module: torch.nn.Module) -> str:
+    """Demote engine block ``name`` of ``gm``: ``module`` (the block's graph, in PyTorch) runs
+    in its place as a fallback block, ``fallback_<name>`` (``fallback_<name>_<i>`` if that is
+    taken); what ``ctx`` recorded under the old name moves to the new one. Returns the new name."""
+    new, i = f"{FALLBACK_PREFIX}{name}", 0
+    while hasattr(gm, new):
+        i += 1
+        new = f"{FALLBACK_PREFIX}{name}_{i}"
+    gm.add_module(new, module)
+    delattr(gm, name)
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and node.target == name:
+            node.target = new
+    for recorded in (ctx.block_ops, ctx.block_weights):
+        if recorded is not None and name in recorded:
+            recorded[new] = recorded.pop(name)
+    gm.recompile()
+    return new
 
 
 def block_of(node: Any) -> fx.Node | None:

@@ -1,8 +1,10 @@
 """``compile``: an exported program into engine blocks, keeping its call signature.
 
-The compiler is the ordered list :data:`PASSES`; each pass is a function
-``(gm, ctx) -> gm`` over the module being compiled and a small :class:`CompileContext`
-(the exported program, the chosen engine and strategy, and what earlier passes found).
+The compiler is the ordered list :data:`PASSES`; each pass is a
+:class:`~tetrt_support.compiler.context.Pass`, ``(gm, ctx) -> gm``, over the module being
+compiled and a :class:`~tetrt_support.compiler.context.CompileContext` (what ``compile`` was
+asked, and what earlier passes found: :mod:`.context` lists each field and says why the
+facts travel on ``ctx``, not in ``gm.meta``).
 Read top to bottom, the list is the whole pipeline, as Torch-TensorRT's lowering pass
 lists are: drop export's guard call, lower complex arithmetic to real ``[..., 2]``
 arithmetic, fold what is constant, partition into engine and PyTorch fallback blocks,
@@ -16,8 +18,7 @@ broken behaviours that came before this one.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,7 +33,8 @@ from tetrt_support.compiler.configured_engine import (
     run_failed_builds_in_pytorch,
     warn_unmatched_executed_ops,
 )
-from tetrt_support.compiler.engines import ENGINE_NAMES, Engine, get_engine
+from tetrt_support.compiler.context import CompileContext, Pass
+from tetrt_support.compiler.engines import ENGINE_NAMES, get_engine
 from tetrt_support.compiler.engines.base import linear_in_one_symbol
 from tetrt_support.compiler.frontend import as_exported_program
 from tetrt_support.compiler.functionalize import functionalize_view_writes
@@ -54,29 +56,31 @@ from tetrt_support.compiler.partition import (
     partition,
 )
 from tetrt_support.compiler.refit import BLOCK_WEIGHTS_KEY, WEIGHTS_KEY, record_refit_weights
-from tetrt_support.compiler.settings import DEFAULT_BACKEND, MIN_BLOCK_SIZE, CompilationSettings
+from tetrt_support.compiler.settings import DEFAULT_ENGINE, MIN_BLOCK_SIZE, CompilationSettings
 from tetrt_support.complex import lower
 from tetrt_support.complex.codegen import restore_signature
 from tetrt_support.complex.detect import GUARDS_FN, is_guards_call
-from tetrt_support.complex.lower import STRATEGIES
+from tetrt_support.complex.lower import COMPLEX_IO_KEY, STRATEGIES
 from tetrt_support.complex.shape_env import use_private_shape_env
 
 __all__ = [
     "BACKENDS",
     "PASSES",
     "STRATEGIES",
-    "CompileContext",
     "CompiledModule",
-    "Pass",
     "compile",
     "compile_program",
     "flat_example_inputs",
     "run_passes",
 ]
 
+#: the values ``compile(backend=...)`` accepts: engine names, not torch.compile backends
+#: (this compiler's own torch.compile backend is ``"tetrt"``: :mod:`.backend`)
 BACKENDS: tuple[str, ...] = ENGINE_NAMES
-#: ``gm.meta`` key: a complex dtype (or None) per flat input and output of the program
-COMPLEX_IO_KEY = "tetrt_complex_io"
+#: ``meta`` key of a compiled module: the engine its engine blocks were built by
+ENGINE_NAME_KEY = "tetrt_backend"
+#: ``meta`` key of a compiled module: the complex lowering strategy
+STRATEGY_KEY = "tetrt_strategy"
 
 
 class CompiledModule(fx.GraphModule):
@@ -95,33 +99,6 @@ class CompiledModule(fx.GraphModule):
     def complex_io(self) -> dict[str, list[torch.dtype | None]]:
         """Which flat inputs and outputs are complex (None for real)."""
         return self.meta.get(COMPLEX_IO_KEY, {"inputs": [], "outputs": []})
-
-
-@dataclasses.dataclass
-class CompileContext:
-    """What the passes share: the inputs of ``compile`` and the facts earlier passes found."""
-
-    exported_program: torch.export.ExportedProgram
-    backend: str
-    strategy: str
-    engine: Engine
-    #: the user inputs the program was exported with, flat, in placeholder order
-    example_inputs: list[Any]
-    #: set by :func:`lower_complex`: a complex dtype (or None) per flat input and output
-    complex_inputs: list[torch.dtype | None] = dataclasses.field(default_factory=list)
-    complex_outputs: list[torch.dtype | None] = dataclasses.field(default_factory=list)
-    #: the options (:mod:`tetrt_support.compiler.settings`); ``engine`` applies them
-    settings: CompilationSettings = dataclasses.field(default_factory=CompilationSettings)
-
-    def packed_example_inputs(self) -> list[Any]:
-        """The example inputs as the lowered graph takes them (complex ones packed)."""
-        return [
-            torch.view_as_real(v) if dtype is not None else v
-            for v, dtype in zip(self.example_inputs, self.complex_inputs)
-        ]
-
-
-Pass = Callable[[fx.GraphModule, CompileContext], fx.GraphModule]
 
 
 def flat_example_inputs(ep: torch.export.ExportedProgram) -> list[Any]:
@@ -158,7 +135,7 @@ def drop_guards_fn(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
 def lower_complex(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     """Complex arithmetic to real pairs; an op without a rule becomes a complex island."""
     gm = lower(gm, strategy=ctx.strategy, unsupported="fallback")
-    io = gm.meta[COMPLEX_IO_KEY]
+    io = gm.meta.pop(COMPLEX_IO_KEY)
     ctx.complex_inputs, ctx.complex_outputs = list(io["inputs"]), list(io["outputs"])
     return gm
 
@@ -168,8 +145,10 @@ def fold_constants(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     post-lowering ``constant_fold``; after the complex lowering, so that what it stores is
     real and compact (RoPE's frequency planes), and after the view-write pass, so that no
     buffer the program writes is taken for a constant. A refit computes the folded values
-    again from the new weights."""
-    return constant_folding.fold_constants(gm)
+    again from the new weights (``ctx.folded`` says how)."""
+    gm = constant_folding.fold_constants(gm)
+    ctx.folded = gm.meta.pop(constant_folding.FOLDED_KEY, None)
+    return gm
 
 
 def return_complex_results_directly(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
@@ -247,7 +226,7 @@ def build_engine_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModu
         recorder.run(*ctx.packed_example_inputs(), enable_io_processing=False)
     for name, inputs in recorder.seen.items():
         block = gm.get_submodule(name)
-        gm.meta.setdefault(BLOCK_OPS_KEY, {})[name] = block_ops(block)
+        ctx.block_ops[name] = block_ops(block)
         dims = _dynamic_dims(block) if dynamic else None
         built = ctx.engine.build(block, inputs, dims if dims and any(dims) else None)
         _label_block_inputs(gm, name, built)
@@ -301,42 +280,48 @@ def check_inputs_first(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModul
 
 
 def as_compiled_module(gm: fx.GraphModule, ctx: CompileContext) -> CompiledModule:
-    """The compiled graph as a :class:`CompiledModule`, with what it records about itself."""
+    """The compiled graph as a :class:`CompiledModule`, and its record: what ``ctx`` found
+    that is read after the compile (``blocks()``, ``complex_io()``, ``save`` and
+    ``refit_module_weights``), written to its ``meta`` here and only here."""
     gm.graph.lint()
     compiled = CompiledModule(gm, gm.graph, class_name="CompiledModule")
-    compiled.meta[BLOCK_OPS_KEY] = dict(gm.meta.get(BLOCK_OPS_KEY, {}))
+    compiled.meta[BLOCK_OPS_KEY] = dict(ctx.block_ops)
     compiled.meta[COMPLEX_IO_KEY] = {"inputs": list(ctx.complex_inputs), "outputs": list(ctx.complex_outputs)}
     example = ctx.exported_program.example_inputs
     if example is not None:  # what save() re-exports with when given no inputs
         compiled.meta[EXAMPLE_INPUTS_KEY] = DYNAMIC if ctx.exported_program.range_constraints else example
-    compiled.meta["tetrt_backend"] = ctx.backend
-    compiled.meta["tetrt_strategy"] = ctx.strategy
-    for key in (WEIGHTS_KEY, BLOCK_WEIGHTS_KEY, constant_folding.FOLDED_KEY):  # what refit_module_weights needs
-        if key in gm.meta:
-            compiled.meta[key] = gm.meta[key]
+    compiled.meta[ENGINE_NAME_KEY] = ctx.engine_name
+    compiled.meta[STRATEGY_KEY] = ctx.strategy
+    refit_record = {WEIGHTS_KEY: ctx.refit_weights, BLOCK_WEIGHTS_KEY: ctx.block_weights,
+                    constant_folding.FOLDED_KEY: ctx.folded}
+    compiled.meta.update((key, value) for key, value in refit_record.items() if value is not None)
     return compiled
 
 
-#: The compiler, in order.
+#: The compiler, in order (the ``ctx`` field a pass writes, where it writes one).
 PASSES: tuple[Pass, ...] = (
+    # lowering
     drop_guards_fn,
-    lower_complex,
+    lower_complex,  # ctx.complex_inputs, ctx.complex_outputs
     functionalize_view_writes,
-    fold_constants,
+    fold_constants,  # ctx.folded
     return_complex_results_directly,
+    # blocks
     partition_into_blocks,
-    record_refit_weights,
-    keep_reference_blocks,
-    build_engine_blocks,
+    record_refit_weights,  # ctx.refit_weights, ctx.block_weights
+    keep_reference_blocks,  # ctx.reference_blocks
+    build_engine_blocks,  # ctx.block_ops
     run_failed_builds_in_pytorch,
     check_engine_blocks,
     check_full_compilation,
+    # the edges: complex I/O, signature, input check
     unpack_complex_outputs,
     pack_complex_inputs,
     keep_exported_signature,
     check_inputs_first,
+    # the whole
     check_whole_program,
-    as_compiled_module,
+    as_compiled_module,  # compiled.meta: the record
 )
 
 
@@ -348,13 +333,14 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 def run_passes(
     exported_program: torch.export.ExportedProgram,
-    backend: str,
+    engine_name: str,
     strategy: str,
     passes: Sequence[Pass],
     settings: CompilationSettings | None = None,
 ) -> Any:
     """Run ``passes`` in order on ``exported_program.module()``; returns what the last returns.
 
+    ``engine_name`` is what ``compile(backend=...)`` names: the engine of the engine blocks.
     Without ``settings``, every engine-capable op goes to an engine (``min_block_size=1``)
     and nothing else is set: the pipeline as the history pass lists knew it.
     """
@@ -363,17 +349,17 @@ def run_passes(
             f"compile() takes a torch.export.ExportedProgram (export the model first: "
             f"torch.export.export(model, args, kwargs)), got {type(exported_program).__name__}"
         )
-    _check_choice("backend", backend, BACKENDS)
+    _check_choice("backend", engine_name, ENGINE_NAMES)  # the keyword that names it
     _check_choice("strategy", strategy, STRATEGIES)
     if settings is None:
-        settings = CompilationSettings(backend=backend, strategy=strategy, min_block_size=1)
+        settings = CompilationSettings(backend=engine_name, strategy=strategy, min_block_size=1)
     ctx = CompileContext(
         exported_program,
-        backend,
+        engine_name,
         strategy,
-        ConfiguredEngine(get_engine(backend), settings),
+        ConfiguredEngine(get_engine(engine_name), settings),
         flat_example_inputs(exported_program),
-        settings=settings,
+        settings,
     )
     gm = use_private_shape_env(exported_program.module())  # guards the passes record stay ours
     for compile_pass in passes:
@@ -407,7 +393,7 @@ def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tenso
     kwarg_inputs: dict[str, Any] | None = None,
     dynamic_shapes: Any = None,
     inputs: Sequence[Any] | None = None,
-    backend: str = DEFAULT_BACKEND,
+    backend: str = DEFAULT_ENGINE,
     strategy: str = "rewrite",
     min_block_size: int = MIN_BLOCK_SIZE,
     torch_executed_ops: Any = None,
@@ -425,8 +411,9 @@ def compile(  # noqa: A001 - the public name mirrors torch.compile / torch_tenso
     names and defaults (:class:`~tetrt_support.compiler.settings.CompilationSettings`
     says what each does): ``min_block_size``, ``torch_executed_ops``,
     ``require_full_compilation``, ``pass_through_build_failures``, ``truncate_double``;
-    ``backend`` is the engine (``"onnxruntime"``, the CPU stand-in for TensorRT, by
-    default; ``"eager"``, ``"inductor"``, or ``"tensorrt"`` on GPU machines) and
+    ``backend`` names the engine that builds the engine blocks (``"onnxruntime"``, the CPU
+    stand-in for TensorRT, by default; ``"eager"``, ``"inductor"``, or ``"tensorrt"`` on GPU
+    machines), not a torch.compile backend (this compiler's is ``"tetrt"``), and
     ``strategy`` the complex lowering (``"rewrite"`` or ``"retrace"``). Ops with no
     complex rule run in PyTorch fallback blocks; dynamic dims stay dynamic in the
     engines. An unknown option, or a value outside an option's choices, raises naming it.

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -41,6 +41,9 @@ import torch.fx as fx
 from tetrt_support.compiler.configured_engine import Float64AsFloat32, WeightsAsInputs, replace_tensor_attribute
 from tetrt_support.compiler.constant_folding import FOLDED_KEY, FoldedConstants
 from tetrt_support.compiler.partition import block_kind
+
+if TYPE_CHECKING:
+    from tetrt_support.compiler.context import CompileContext
 
 __all__ = [
     "BLOCK_WEIGHTS_KEY",
@@ -52,9 +55,10 @@ __all__ = [
     "refit_module_weights",
 ]
 
-#: ``meta`` key: {name: (shape, dtype, persistent, device)} of the program's parameters and buffers
+#: ``meta`` key of a compiled module: {name: (shape, dtype, persistent, device)} of the
+#: program's parameters and buffers
 WEIGHTS_KEY = "tetrt_weights"
-#: ``meta`` key: {block name: names of the weights its graph reads}
+#: ``meta`` key of a compiled module: {block name: names of the weights its graph reads}
 BLOCK_WEIGHTS_KEY = "tetrt_block_weights"
 
 
@@ -78,17 +82,19 @@ def _program_weights(ep: torch.export.ExportedProgram) -> dict[str, torch.Tensor
     return out
 
 
-def record_refit_weights(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+def record_refit_weights(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     """Record what a refit checks and fills, right after partitioning: the program's
-    parameters and buffers (names, shapes, dtypes: the architecture) and, per block, the
-    ones its graph reads, folded values included (before an engine replaces the graph)."""
+    parameters and buffers (names, shapes, dtypes: the architecture; ``ctx.refit_weights``)
+    and, per block, the ones its graph reads, folded values included (before an engine
+    replaces the graph; ``ctx.block_weights``). The compiled module keeps both in its
+    ``meta``, under :data:`WEIGHTS_KEY` and :data:`BLOCK_WEIGHTS_KEY`."""
     ep = ctx.exported_program
     non_persistent = set(ep.graph_signature.non_persistent_buffers)
     known = {
         name: (tuple(t.shape), t.dtype, name not in non_persistent, str(t.device))
         for name, t in _program_weights(ep).items()
     }
-    folded = gm.meta.get(FOLDED_KEY)
+    folded = ctx.folded
     refitted = set(known) | set(folded.names if folded is not None else ())
     per_block: dict[str, list[str]] = {}
     for name, module in gm.named_children():
@@ -96,8 +102,7 @@ def record_refit_weights(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
             continue
         targets = {str(n.target) for n in module.graph.nodes if n.op == "get_attr"}
         per_block[name] = sorted(t for t in targets if t in refitted)
-    gm.meta[WEIGHTS_KEY] = known
-    gm.meta[BLOCK_WEIGHTS_KEY] = per_block
+    ctx.refit_weights, ctx.block_weights = known, per_block
     return gm
 
 

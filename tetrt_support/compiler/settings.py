@@ -33,7 +33,7 @@ from tetrt_support.compiler.engines import ENGINE_NAMES
 from tetrt_support.complex.lower import STRATEGIES
 
 __all__ = [
-    "DEFAULT_BACKEND",
+    "DEFAULT_ENGINE",
     "MIN_BLOCK_SIZE",
     "CompilationSettings",
     "decomposed_ops",
@@ -44,7 +44,8 @@ __all__ = [
 
 #: torch_tensorrt.dynamo._defaults.MIN_BLOCK_SIZE
 MIN_BLOCK_SIZE = 5
-DEFAULT_BACKEND = "onnxruntime"
+#: the default of ``backend``: the engine of the engine blocks
+DEFAULT_ENGINE = "onnxruntime"
 
 Op = torch._ops.OpOverload | torch._ops.OpOverloadPacket
 
@@ -98,7 +99,8 @@ def resolve_op(name: str | Op) -> Op:
 class CompilationSettings:
     """What ``tetrt_support.compile`` and the ``"tetrt"`` torch.compile backend do.
 
-    - ``backend``: engine for engine blocks, one of :data:`ENGINE_NAMES`;
+    - ``backend``: the engine that builds engine blocks, one of :data:`ENGINE_NAMES` (the
+      name is this package's; it is not a torch.compile backend);
     - ``strategy``: complex lowering, ``"rewrite"`` or ``"retrace"``;
     - ``min_block_size``: an engine block with fewer compute ops (call_function nodes
       other than ``getitem``, as Torch-TensorRT counts them) runs in PyTorch instead;
@@ -110,7 +112,8 @@ class CompilationSettings:
     - ``pass_through_build_failures``: ``False``: an engine block that fails to build
       runs in PyTorch, with a warning naming it and why; ``True``: the failure raises
       (Torch-TensorRT falls back a whole graph, on its ``torch.compile`` path only; here
-      each block falls back on its own, and the backend also falls back whole graphs);
+      each block falls back on its own, and the ``"tetrt"`` torch.compile backend also
+      falls back whole graphs);
     - ``truncate_double``: float64 inputs and weights of engine blocks run as float32
       inside the engine (float64 outputs are cast back), as in Torch-TensorRT.
     - ``check_engine_blocks`` (this package; on by default): each engine block is run
@@ -120,7 +123,7 @@ class CompilationSettings:
       that block in PyTorch, with a warning saying the same.
     """
 
-    backend: str = DEFAULT_BACKEND
+    backend: str = DEFAULT_ENGINE
     strategy: str = "rewrite"
     min_block_size: int = MIN_BLOCK_SIZE
     torch_executed_ops: frozenset[Op] = frozenset()

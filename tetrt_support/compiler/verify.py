@@ -38,13 +38,16 @@ from __future__ import annotations
 import copy
 import operator
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
-from tetrt_support.compiler.partition import BLOCK_OPS_KEY, FALLBACK_PREFIX, block_kind
+from tetrt_support.compiler.partition import block_kind, run_block_in_pytorch
+
+if TYPE_CHECKING:
+    from tetrt_support.compiler.context import CompileContext
 
 __all__ = [
     "ATOL",
@@ -70,7 +73,6 @@ def relative_tolerance(dtype: torch.dtype) -> float:
         real = torch.float16 if dtype == torch.complex32 else dtype
         return max(RTOL, LOW_PRECISION_ULPS * torch.finfo(real).eps)
     return RTOL
-_REFERENCES_KEY = "tetrt_reference_blocks"
 
 
 class EngineMismatchError(RuntimeError):
@@ -128,14 +130,15 @@ def reference_copy(block: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(block, memo)
 
 
-def keep_reference_blocks(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
-    """A PyTorch copy of each engine block, for :func:`check_engine_blocks` (a pass).
+def keep_reference_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """A PyTorch copy of each engine block, for :func:`check_engine_blocks` (a pass; writes
+    ``ctx.reference_blocks``).
 
     A block that cannot be copied is not checked, with a warning naming it and why: the
     check guards a compile and must never be what breaks it (the whole-program check still
     runs).
     """
-    if not getattr(ctx.settings, "check_engine_blocks", True):
+    if not ctx.settings.check_engine_blocks:
         return gm
     references = {}
     for name in _engine_blocks(gm):
@@ -147,7 +150,7 @@ def keep_reference_blocks(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
                 f"could not be copied ({type(error).__name__}: {error})",
                 stacklevel=2,
             )
-    gm.meta[_REFERENCES_KEY] = references
+    ctx.reference_blocks = references
     return gm
 
 
@@ -209,57 +212,36 @@ class _Checker(fx.Interpreter):
         return expected  # later blocks get the right inputs, so each mismatch is its own
 
 
-def check_engine_blocks(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
-    """Compare each engine block with its PyTorch copy on the example inputs (a pass)."""
-    references = gm.meta.pop(_REFERENCES_KEY, None)
+def check_engine_blocks(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+    """Compare each engine block with its PyTorch copy on the example inputs (a pass; the
+    copies in ``ctx.reference_blocks`` are dropped after it)."""
+    references, ctx.reference_blocks = ctx.reference_blocks, {}
     settings = ctx.settings
-    if not getattr(settings, "check_engine_blocks", True) or not references:
+    if not settings.check_engine_blocks or not references:
         return gm
     live = {name: ref for name, ref in references.items() if name in set(_engine_blocks(gm))}
     checker = _Checker(gm, live)
     with torch.no_grad():
         checker.run(*ctx.packed_example_inputs(), enable_io_processing=False)
     for name, difference in checker.mismatches.items():
-        ops = gm.meta.get(BLOCK_OPS_KEY, {}).get(name, ())
+        ops = ctx.block_ops.get(name, ())
         what = f"engine block {name} ({len(ops)} ops)" if ops else f"engine block {name}"
-        message = f"the {ctx.settings.backend} engine's {what} does not match PyTorch on the example inputs: {difference}"
-        if getattr(settings, "on_engine_mismatch", "raise") == "raise":
+        message = f"the {ctx.engine_name} engine's {what} does not match PyTorch on the example inputs: {difference}"
+        if settings.on_engine_mismatch == "raise":
             raise EngineMismatchError(
                 message + " (check_engine_blocks=False skips this check; on_engine_mismatch='fallback' runs the block in PyTorch)"
             )
-        new = _fallback_name(gm, name)
+        new = run_block_in_pytorch(gm, ctx, name, live[name])
         warnings.warn(f"{message}; it runs in PyTorch as {new}", stacklevel=2)
-        _run_in_pytorch(gm, name, new, live[name])
     return gm
-
-
-def _fallback_name(gm: fx.GraphModule, name: str) -> str:
-    new, i = f"{FALLBACK_PREFIX}{name}", 0
-    while hasattr(gm, new):
-        i += 1
-        new = f"{FALLBACK_PREFIX}{name}_{i}"
-    return new
-
-
-def _run_in_pytorch(gm: fx.GraphModule, name: str, new: str, reference: torch.nn.Module) -> None:
-    gm.add_module(new, reference)
-    delattr(gm, name)
-    for node in gm.graph.nodes:
-        if node.op == "call_module" and node.target == name:
-            node.target = new
-    for key in (BLOCK_OPS_KEY, "tetrt_block_weights"):
-        recorded = gm.meta.get(key, {})
-        if name in recorded:
-            recorded[new] = recorded.pop(name)
-    gm.recompile()
 
 
 _CHECK_SEED = 0  # the generator seed of both runs of the whole-program check
 
 
-def check_whole_program(gm: fx.GraphModule, ctx: Any) -> fx.GraphModule:
+def check_whole_program(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
     """The compiled graph against ``ep.module()`` on the example inputs (a pass)."""
-    if not getattr(ctx.settings, "check_engine_blocks", True):
+    if not ctx.settings.check_engine_blocks:
         return gm
     args, kwargs = ctx.exported_program.example_inputs
     devices = sorted({x.device.index or 0 for x in pytree.tree_leaves((args, kwargs))

@@ -13,11 +13,13 @@ from tetrt_support.complex.retrace import retrace_complex
 from tetrt_support.complex.rewrite import rewrite_complex
 from tetrt_support.complex.shape_env import use_private_shape_env
 
-__all__ = ["STRATEGIES", "complex_io", "lower"]
+__all__ = ["COMPLEX_IO_KEY", "STRATEGIES", "complex_io", "lower"]
 
 Strategy = Literal["rewrite", "retrace"]
 #: the two ways to lower: an in-place FX rewrite, or a make_fx retrace
 STRATEGIES: tuple[str, ...] = ("rewrite", "retrace")
+#: ``meta`` key of a lowered module (and of a compiled one): :func:`complex_io` of the program
+COMPLEX_IO_KEY = "tetrt_complex_io"
 
 
 def _as_graph_module(program: Any) -> fx.GraphModule:
@@ -57,7 +59,7 @@ def lower(
     with make_fx. Both use the same rules (:data:`~tetrt_support.complex.rules.RULES`).
     The result is called exactly like ``ep.module()`` (positions, keywords, output
     pytree); complex model inputs/outputs are taken/returned as real ``[..., 2]``
-    tensors, as recorded in ``gm.meta["tetrt_complex_io"]`` (a complex dtype per packed
+    tensors, as recorded in ``gm.meta[COMPLEX_IO_KEY]`` (a complex dtype per packed
     flat input/output, None for the others). Parameter and buffer names (and so
     ``state_dict`` keys) do not change; complex ones hold their ``view_as_real``.
 
@@ -79,5 +81,5 @@ def lower(
         gm = rewrite_complex(gm, unsupported)
     else:
         gm = retrace_complex(gm, unsupported)
-    gm.meta["tetrt_complex_io"] = io
+    gm.meta[COMPLEX_IO_KEY] = io
     return gm

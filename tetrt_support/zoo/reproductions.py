@@ -84,13 +84,12 @@ def compile_as_before(program: torch.export.ExportedProgram, backend: str = "onn
     """The pipeline as it was: no functionalization, no build-time check, and the bare engine
     (which does not refuse in-place ops), every engine-capable op in an engine block."""
     from tetrt_support.compiler import pipeline
+    from tetrt_support.compiler.context import CompileContext
     from tetrt_support.compiler.engines import get_engine
     from tetrt_support.compiler.settings import CompilationSettings
 
     settings = CompilationSettings(backend=backend, strategy=strategy, min_block_size=1)
-    ctx = pipeline.CompileContext(
-        program, backend, strategy, get_engine(backend), pipeline.flat_example_inputs(program), settings=settings
-    )
+    ctx = CompileContext(program, backend, strategy, get_engine(backend), pipeline.flat_example_inputs(program), settings)
     gm = program.module()
     for compile_pass in _passes_before_the_guards():
         gm = compile_pass(gm, ctx)
