@@ -72,14 +72,11 @@ PER_TENSOR_BUFFERS = ("_data", "_transpose", "_scale_inv")
 ROW_COLUMN_BUFFERS = ("_rowwise_data", "_rowwise_scale_inv", "_columnwise_data", "_columnwise_scale_inv")
 NVFP4_BUFFERS = (*ROW_COLUMN_BUFFERS, "_amax_rowwise", "_amax_columnwise")
 
-KNOWN_LAYOUT_NOTE = ("known layout difference: TE keeps the N-D shape of FP8 block data ((*lead, K) row-wise, "
-                     "(K, *lead) column-wise), tetrt stores it 2-D ((M, K) / (K, M), M = prod(lead)); same bytes "
-                     "in the same order, compared after reshaping")
 COMPARISON_RULES = {
     "data": "every byte, exactly (.view(torch.uint8)); an FP8 NaN is a byte like any other (cases whose only "
             "differing bytes are NaN encodings on both sides are flagged nan_encoding_only, still 'differs')",
-    "data_shape": "shapes must be equal, except the " + KNOWN_LAYOUT_NOTE + " (recorded as shape_difference; "
-                  "the case stays 'identical' if the bytes are)",
+    "data_shape": "shapes must be equal: both sides keep TE's N-D data shapes (FP8 block (*lead, K) row-wise, "
+                  "(K, *lead) column-wise); a differing shape is recorded as shape_difference and the buffer differs",
     "scales": "compared over their VALID region only: the top-left (rows, cols) block holding one entry per "
               "quantization block. FP8 block: 1x128 row-wise (ceil(K/128), M) of (ceil(K/128), roundup(M,4)), "
               "column-wise (ceil(M/128), K) of (ceil(M/128), roundup(K,4)); 128x128 row-wise (ceil(M/128), "
@@ -328,14 +325,6 @@ def scale_valid_shape(fmt: str, name: str, shape: Sequence[int]) -> tuple[int, i
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def known_layout_difference(te_shape: Sequence[int], tetrt_shape: Sequence[int]) -> bool:
-    """TE's N-D FP8 block data against tetrt's 2-D: (*lead, K) vs (M, K), or (K, *lead) vs (K, M)."""
-    te_shape, tetrt_shape = tuple(te_shape), tuple(tetrt_shape)
-    if len(te_shape) <= 2 or len(tetrt_shape) != 2 or math.prod(te_shape) != math.prod(tetrt_shape):
-        return False
-    return te_shape[-1] == tetrt_shape[-1] or te_shape[0] == tetrt_shape[0]
-
-
 def _u8(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().contiguous()
     if t.dim() == 0:
@@ -349,13 +338,12 @@ def _first_differences(a: torch.Tensor, b: torch.Tensor, limit: int = 4) -> list
 
 
 def compare_buffer(te: torch.Tensor | None, tetrt: torch.Tensor | None, *, valid: tuple[int, int] | None = None,
-                   allow_layout: bool = False, fp8_dtype: torch.dtype | None = None) -> dict[str, Any]:
+                   fp8_dtype: torch.dtype | None = None) -> dict[str, Any]:
     """One inner buffer of each side: ``{"equal": bool, ...}``.
 
     Bytes exactly; ``valid`` (rows, cols): compare only that top-left region of 2-D buffers
-    (the padding's equality is reported as ``padding_equal``, information only);
-    ``allow_layout``: accept the known N-D-vs-2-D data layout (bytes compared after
-    reshaping); ``fp8_dtype``: flag differences that are NaN encodings on both sides."""
+    (the padding's equality is reported as ``padding_equal``, information only); shapes
+    must be equal; ``fp8_dtype``: flag differences that are NaN encodings on both sides."""
     if te is None or tetrt is None:
         return {"equal": te is None and tetrt is None, "present": {"te": te is not None, "tetrt": tetrt is not None}}
     entry: dict[str, Any] = {"te_shape": list(te.shape), "tetrt_shape": list(tetrt.shape)}
@@ -363,12 +351,8 @@ def compare_buffer(te: torch.Tensor | None, tetrt: torch.Tensor | None, *, valid
         entry.update(equal=False, problem=f"element sizes differ: TE {te.dtype}, tetrt {tetrt.dtype}")
         return entry
     if tuple(te.shape) != tuple(tetrt.shape):
-        if allow_layout and known_layout_difference(te.shape, tetrt.shape):
-            entry["shape_difference"] = "known N-D vs 2-D layout (bytes compared after reshape)"
-            te = te.reshape(tetrt.shape)
-        else:
-            entry.update(equal=False, shape_difference="unexpected")
-            return entry
+        entry.update(equal=False, shape_difference="unexpected")
+        return entry
     if valid is not None and te.dim() == 2:
         r, c = valid
         if r > te.shape[0] or c > te.shape[1]:
@@ -423,7 +407,7 @@ def compare_quantized(te_t: Any, tetrt_t: Any, fmt: str, shape: Sequence[int]) -
         te_buf, tetrt_buf = getattr(te_t, name, None), getattr(tetrt_t, name, None)
         data = name in ("_data", "_transpose") or name.endswith("_data")
         out[name] = compare_buffer(te_buf, tetrt_buf, valid=scale_valid_shape(fmt, name, shape),
-                                   allow_layout=data and fmt in BLOCK_FORMATS, fp8_dtype=fp8_dtype if data else None)
+                                   fp8_dtype=fp8_dtype if data else None)
     if fmt in PER_TENSOR_FORMATS and getattr(te_t, "_transpose_invalid", False):
         out["_transpose"]["te_transpose_invalid"] = True
     return out
@@ -483,9 +467,6 @@ def run_quant_case(case: QuantCase, device: str = "cuda") -> dict[str, Any]:
         details["comparison"] = _err(e)
         return {**row, "outcome": "error", "details": details}
     equal = all(b["equal"] for b in details["buffers"].values()) and details["dequantize"]["equal"]
-    layout = [n for n, b in details["buffers"].items() if "shape_difference" in b and b["equal"]]
-    if layout:
-        details["known_layout_differences"] = layout
     return {**row, "outcome": "identical" if equal else "differs", "details": details}
 
 
@@ -493,11 +474,10 @@ def summarize(cases: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Counts: total, by outcome, by format (x outcome), and the flagged peculiarities."""
     cases = list(cases)
     by_format: dict[str, Counter] = {}
-    layout = nan_only = padding_differs = 0
+    nan_only = padding_differs = 0
     for c in cases:
         by_format.setdefault(c["format"], Counter())[c["outcome"]] += 1
         details = c.get("details", {}) or {}
-        layout += bool(details.get("known_layout_differences"))
         buffers = details.get("buffers", {}) or {}
         nan_only += any(b.get("nan_encoding_only") for b in buffers.values())
         padding_differs += any(b.get("padding_equal") is False for b in buffers.values())
@@ -506,7 +486,6 @@ def summarize(cases: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "total": len(cases),
         "by_outcome": {o: outcomes.get(o, 0) for o in OUTCOMES},
         "by_format": {f: {o: n for o, n in sorted(cnt.items())} for f, cnt in by_format.items()},
-        "identical_with_known_layout_difference": layout,
         "differing_only_in_fp8_nan_encodings": nan_only,
         "scale_padding_differs_valid_region_compared": padding_differs,
         "not_identical": [_case_label(c) for c in cases if c["outcome"] != "identical"][:50],

@@ -152,8 +152,9 @@ Table([[f"{v:.7g}", f"{v * 64:.7g}", f"0x{c:02x}", f"{d:.7g}"] for v, c, d in
 # %%
 block = torch.linspace(-2, 2, 32)
 block[5] = 5.0
-# one row: the row-wise copy only
-t = MXFP8Quantizer(columnwise_usage=False).quantize(block.reshape(1, 32))
+# TE needs 32 rows whatever the usage; 31 rows of zeros are blocks of their own
+t = MXFP8Quantizer(columnwise_usage=False).quantize(torch.cat([block.reshape(1, 32),
+                                                               torch.zeros(31, 32)]))
 biased = t._rowwise_scale_inv[0, 0].item()
 print(f"amax = 5   amax·fp32(1/448) = {float(np.float32(5) * np.float32(1 / 448))!r}   "
       f"E8M0 byte = {biased} -> 2**{biased - 127}")
@@ -171,7 +172,7 @@ Table([[f"{v:.7g}", f"{v * 2.0 ** (127 - biased):.7g}", f"0x{c:02x}", f"{d:.7g}"
 # low nibble). A second block holds the global amax, 12.
 
 # %%
-x = torch.zeros(1, 32)
+x = torch.zeros(16, 32)  # TE needs 16 rows whatever the usage; rows 1-15 stay zero
 x[0, :16] = torch.tensor([3.0, -1.2, 0.4, 0.0, 2.2, -3.0, 0.05, 1.0,
                           -0.7, 0.25, 2.9, -2.4, 1.6, 0.9, -0.1, 0.6])
 x[0, 16] = 12.0
@@ -209,7 +210,7 @@ Table([[f"{v:.4g}", f"{v * encode:.4g}", int(c),
 # or overflow (tiny, huge and near-max inputs).
 
 # %%
-x = torch.zeros(1, 32)
+x = torch.zeros(16, 32)  # TE needs 16 rows whatever the usage; rows 1-15 stay zero
 x[0, :16] = torch.tensor([3.0, 2.9, 2.6, 2.2, 1.9, 1.4, 1.1, 0.8,
                           0.6, 0.45, 0.3, 0.2, 0.1, -0.7, -1.6, -2.5])
 x[0, 16] = 12.0
@@ -297,18 +298,27 @@ NVFP4Quantizer(with_rht=True, with_post_rht_amax=True).quantize(torch.randn(32, 
 
 # %%
 a = torch.tensor([[2.7630667686462402]])
-y = torch.zeros(1, 32, dtype=torch.bfloat16)
+y = torch.zeros(16, 32, dtype=torch.bfloat16)  # 16 rows: TE's create_tensor needs them
 y[0, 0], y[0, 16], y[0, 17] = 6.375, 1.1875, 0.33203125
-z = torch.zeros(1, 32)
+z = torch.zeros(16, 32)
 z[0, 0], z[0, 16] = 1e6, 1e-6
 dq = Float8Quantizer(amax_history_len=1, scale=torch.tensor(3.0))
 dq.amax_history[0] = float("inf")
 dq.update_scale()
-nan_block = torch.randn(1, 64)
+nan_block = torch.randn(32, 64)
 nan_block[0, 3] = float("nan")
-nan_row = nan_block[:, :32].clone()
+nan_row = nan_block[:16, :32].clone()
 row_nvfp4, row_mxfp8 = (NVFP4Quantizer(columnwise_usage=False),
-                        MXFP8Quantizer(columnwise_usage=False))  # one-row inputs
+                        MXFP8Quantizer(columnwise_usage=False))
+refusal = {}  # TE's refusals: the first words of each message
+for key, fn in {"nvfp4_one_row": lambda: row_nvfp4.quantize(torch.randn(1, 16)),
+                "mxfp8_one_row": lambda: row_mxfp8.quantize(torch.randn(1, 32)),
+                "row_scaled_fp32": lambda: NVFP4Quantizer(row_scaled_nvfp4=True)
+                .quantize(torch.randn(16, 16))}.items():
+    try:
+        fn()
+    except ValueError as error:
+        refusal[key] = str(error).split(" (")[0].split(", as ")[0]
 one_inf = torch.randn(256, 256, generator=torch.Generator().manual_seed(3))
 one_inf[3, 5] = float("inf")
 checks = [
@@ -348,6 +358,28 @@ checks = [
      tuple(tuple(b.shape) for b in MXFP8Quantizer(rowwise_usage=False)
            .quantize(torch.randn(64, 96)).inner_buffers().values()),
      ((64, 96), (4, 128))),
+    ("MXFP8 (2, 48, 64): data keeps the N-D shape, scales stay 2-D",
+     tuple(tuple(b.shape) for b in MXFP8Quantizer().quantize(torch.randn(2, 48, 64))
+           .inner_buffers().values()),
+     ((2, 48, 64), (128, 4), (2, 48, 64), (4, 128))),
+    ("NVFP4 (2, 24, 48): row-wise codes (2, 24, 24), column-wise 2-D (48, 24)",
+     tuple(tuple(b.shape) for b in NVFP4Quantizer().quantize(torch.randn(2, 24, 48))
+           .inner_buffers().values())[::2],
+     ((2, 24, 24), (48, 24), (1,))),
+    ("FP8 block (2, 3, 200): row-wise data (2, 3, 200), column-wise (200, 2, 3)",
+     tuple(tuple(b.shape) for b in Float8BlockQuantizer().quantize(torch.randn(2, 3, 200))
+           .inner_buffers().values())[::2],
+     ((2, 3, 200), (200, 2, 3))),
+    ("NVFP4 row-wise only, one row (1, 16): refused (M % 16, any usage)",
+     refusal.get("nvfp4_one_row"),
+     "NVFP4Quantizer: the product of the leading dims must be a multiple of 16 for any usage"),
+    ("MXFP8 row-wise only, one row (1, 32): refused (M % 32, any usage)",
+     refusal.get("mxfp8_one_row"),
+     "MXFP8Quantizer: the product of the leading dims must be a multiple of 32 for any usage"),
+    ("row-scaled NVFP4, column-wise, fp32 16x16: refused (bf16, dims % 32)",
+     refusal.get("row_scaled_fp32"),
+     "NVFP4Quantizer.quantize: row-scaled NVFP4 with column-wise usage needs torch.bfloat16 input "
+     "with the product of the leading dims and the last dim multiples of 32"),
     ("MXFP8: a NaN does not change its block's scale",
      row_mxfp8.quantize(nan_block)._rowwise_scale_inv[0, 0].item()
      == row_mxfp8.quantize(torch.nan_to_num(nan_block, nan=0.0))._rowwise_scale_inv[0, 0].item(),

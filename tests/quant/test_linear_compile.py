@@ -121,11 +121,12 @@ def test_reuse_without_a_cache_is_a_miss_that_caches() -> None:
 @pytest.mark.parametrize("fake_impl", FAKE_IMPLS)
 def test_recipe_object_with_options_trains_compiled_in_one_frame(fake_impl: str) -> None:
     """A Recipe from get_recipe(name, **options) reaches every Linear; compiled training still
-    has one frame, one graph, no graph break, and the eager losses."""
+    has one frame, one graph, no graph break, and the eager losses. In bf16: training
+    quantizes the row-scaled input column-wise too, which TE's kernels take from bf16 only."""
     recipe = get_recipe("nvfp4", row_scaled_activation=True, disable_rht=True, nvfp4_4over6="weights")
-    x, target = _data()
-    eager, _ = train(tiny_mlp(recipe, fake_impl), x, target, steps=3)
-    model = tiny_mlp(recipe, fake_impl)
+    x, target = (t.bfloat16() for t in _data())
+    eager, _ = train(tiny_mlp(recipe, fake_impl).bfloat16(), x, target, steps=3)
+    model = tiny_mlp(recipe, fake_impl).bfloat16()
     assert all(m.input_quantizer.row_scaled_nvfp4 and m.weight_quantizer.nvfp4_use_4over6
                for m in model if hasattr(m, "input_quantizer"))
     compiled, _ = train(model, x, target, steps=3, backend="aot_eager")

@@ -219,9 +219,9 @@ def test_delayed_scaling_records_amax_and_updates_scale() -> None:
 @pytest.mark.parametrize(
     "quantizer, shape, match",
     [
-        (MXFP8Quantizer(), (4, 48), "row-wise usage needs the last dim to be a multiple of 32"),
-        (MXFP8Quantizer(columnwise_usage=True), (4, 64), "column-wise usage needs the product"),
-        (NVFP4Quantizer(), (4, 8), "multiple of 16"),
+        (MXFP8Quantizer(), (32, 48), "the last dim must be a multiple of 32"),
+        (MXFP8Quantizer(columnwise_usage=True), (4, 64), "the product of the leading dims must be a multiple of 32"),
+        (NVFP4Quantizer(), (16, 8), "the last dim must be a multiple of 16"),
     ],
 )
 def test_block_multiple_errors_name_the_dimension(quantizer, shape, match: str) -> None:
@@ -297,8 +297,9 @@ class TestQuantizedTensorDispatch:
 )
 def test_fp8_error_is_at_most_half_an_e4m3_step(values: list[float], cls) -> None:
     """Every element lands on the nearest E4M3 grid point of its (block) scale: error <= half a step."""
-    x = torch.tensor([values])
-    t = cls(columnwise_usage=False).quantize(x)  # one row: row-wise only (column-wise MXFP8 needs 32 rows)
+    # 31 rows of zeros: TE's MXFP8 needs 32 rows whatever the usage; zeros move no scale
+    x = torch.cat([torch.tensor([values]), torch.zeros(31, 32)])
+    t = cls(columnwise_usage=False).quantize(x)
     scale_inv = numerics.e8m0_to_float(t._quantizer.compact_scale_inv(t, "rowwise")) if cls is MXFP8Quantizer else t._scale_inv
     scaled = (x / scale_inv).abs()  # magnitude on the E4M3 grid
     exponent = torch.floor(torch.log2(scaled.clamp_min(2.0**-6)))  # subnormals share the 2**-6 binade's step

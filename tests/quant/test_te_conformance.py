@@ -147,7 +147,9 @@ def test_valid_region_scale_comparison_ignores_padding_only() -> None:
     assert T.scale_valid_shape("fp8_current", "_scale_inv", shape) is None
 
 
-def test_known_nd_layout_difference_compares_bytes_after_reshape() -> None:
+def test_nd_data_must_have_tes_shape_to_compare_equal() -> None:
+    """Both sides keep TE's N-D data shapes ((*lead, K) row-wise, (K, *lead) column-wise for
+    FP8 block), so a buffer of another shape -- the 2-D (M, K) tetrt once stored -- differs."""
     config = T.find_config("fp8_block_1x128", force_pow_2_scales=True, amax_epsilon=0.0)
     shape = (2, 128, 512)
     t = T.make_tetrt_quantizer(config, "both", "cpu").quantize(T.make_input("normal", shape, "bf16", device="cpu"))
@@ -156,11 +158,10 @@ def test_known_nd_layout_difference_compares_bytes_after_reshape() -> None:
         _columnwise_data=t._columnwise_data.view(torch.uint8).reshape(512, 2, 128),
         _rowwise_scale_inv=t._rowwise_scale_inv.clone(), _columnwise_scale_inv=t._columnwise_scale_inv.clone())
     result = T.compare_quantized(te_like, t, config.format, shape)
-    assert all(b["equal"] for b in result.values()), result
-    assert "shape_difference" in result["_rowwise_data"] and "shape_difference" in result["_columnwise_data"]
-    te_like._rowwise_data = t._rowwise_data.view(torch.uint8).reshape(512, 256)  # not the known rule
-    assert T.compare_quantized(te_like, t, config.format, shape)["_rowwise_data"]["shape_difference"] == "unexpected"
-    assert not T.known_layout_difference((256, 512), (512, 256))
+    assert all(b["equal"] and "shape_difference" not in b for b in result.values()), result
+    te_like._rowwise_data = t._rowwise_data.view(torch.uint8).reshape(256, 512)  # the old 2-D layout
+    flat = T.compare_quantized(te_like, t, config.format, shape)["_rowwise_data"]
+    assert flat["shape_difference"] == "unexpected" and not flat["equal"]
     missing = T.compare_buffer(None, t._rowwise_data)
     assert not missing["equal"] and missing["present"] == {"te": False, "tetrt": True}
 
@@ -220,8 +221,7 @@ def test_summary_counts_outcomes_and_flags() -> None:
         {"format": "fp8_current", "dtype": "bf16", "shape": [4, 4], "usage": "both", "options": {}, "outcome": "identical",
          "details": {"buffers": {"_data": {"equal": True}}}},
         {"format": "fp8_block_128x128", "dtype": "fp32", "shape": [2, 128, 512], "usage": "both", "options": {},
-         "outcome": "identical", "details": {"known_layout_differences": ["_rowwise_data"],
-                                             "buffers": {"_columnwise_scale_inv": {"equal": True, "padding_equal": False}}}},
+         "outcome": "identical", "details": {"buffers": {"_columnwise_scale_inv": {"equal": True, "padding_equal": False}}}},
         {"format": "fp8_current", "dtype": "fp16", "shape": [4, 4], "usage": "rowwise", "options": {}, "outcome": "differs",
          "details": {"buffers": {"_data": {"equal": False, "nan_encoding_only": True}}}},
         {"format": "fp8_block_1x128", "dtype": "bf16", "shape": [4, 4], "usage": "both", "options": {},
@@ -231,7 +231,6 @@ def test_summary_counts_outcomes_and_flags() -> None:
     assert s["total"] == 4
     assert s["by_outcome"] == {"identical": 2, "differs": 1, "te_refuses": 1, "tetrt_refuses": 0, "error": 0}
     assert s["by_format"]["fp8_current"] == {"differs": 1, "identical": 1}
-    assert s["identical_with_known_layout_difference"] == 1
     assert s["differing_only_in_fp8_nan_encodings"] == 1
     assert s["scale_padding_differs_valid_region_compared"] == 1
     assert len(s["not_identical"]) == 2

@@ -63,23 +63,24 @@ def test_divergence_1_scale_is_one_correctly_rounded_division() -> None:
 
 def test_divergence_2_nvfp4_block_scale_folds_one_sixth_into_the_global_scale() -> None:
     # bf16 values where (amax / 6) * S and amax * (S * (1/6)) round to different E4M3 scales.
-    x = torch.zeros(1, 16, dtype=torch.bfloat16)
+    # 16 rows (TE's create_tensor needs M % 16 == 0 for any usage); rows 1-15 are zeros,
+    # which change neither the global amax nor row 0's codes.
+    x = torch.zeros(16, 32, dtype=torch.bfloat16)
     x[0, 0], x[0, 1] = 0.796875, 0.07470703125  # global amax, then a block of its own below
-    x = torch.cat([x, torch.zeros(1, 16, dtype=torch.bfloat16)], dim=1)
     x[0, 16] = 0.07470703125
-    t = NVFP4Quantizer(columnwise_usage=False).quantize(x)  # one row: row-wise only
+    t = NVFP4Quantizer(columnwise_usage=False).quantize(x)
     assert t._rowwise_scale_inv.float()[0, 1].item() == 44.0  # TE; the two-rounding formula gives 40
     codes, scales, _ = te_reference.nvfp4(x.float().numpy())
     assert np.array_equal(t._rowwise_data.numpy(), codes)
     # Encode scale min(1 / (s * (1/S)), FLT_MAX), not S / s: a tie that falls the other way.
-    y = torch.zeros(1, 32, dtype=torch.bfloat16)
+    y = torch.zeros(16, 32, dtype=torch.bfloat16)
     y[0, 0], y[0, 16], y[0, 17] = 6.375, 1.1875, 0.33203125
     codes = numerics.unpack_fp4(NVFP4Quantizer(columnwise_usage=False).quantize(y)._rowwise_data)
     assert codes[0, 17].item() == 3  # 1.5; S / s puts x * encode exactly on the 1.75 tie -> 2.0
 
 
 def test_divergence_3_nvfp4_zero_scale_blocks_saturate_and_negative_zero_is_code_0() -> None:
-    x = torch.zeros(1, 32)
+    x = torch.zeros(16, 32)  # 16 rows: TE's create_tensor needs M % 16 == 0 for any usage
     x[0, 0] = 1e6  # the global amax
     x[0, 16], x[0, 17], x[0, 18] = 1e-6, -1e-6, -0.0  # a block whose E4M3 scale rounds to 0
     t = NVFP4Quantizer(columnwise_usage=False).quantize(x)
@@ -199,7 +200,7 @@ def test_divergence_7_mxfp8_columnwise_keeps_the_mk_layout() -> None:
 
 
 def test_divergence_10_mxfp8_block_amax_ignores_nan() -> None:
-    x = torch.randn(1, 64)
+    x = torch.randn(32, 64)  # TE's create_tensor needs M % 32 == 0 for any usage
     x[0, 3] = math.nan
     t = MXFP8Quantizer(columnwise_usage=False).quantize(x)
     assert t._rowwise_scale_inv[0, 0].item() != numerics.E8M0_NAN
@@ -305,7 +306,7 @@ SWEEP = {  # case name -> (shape, NaN allowed)
     "MXFP8 1x32 / 32x1, GEMM-swizzled": ((32, 64), True),
     "NVFP4 1x16": ((16, 32), True), "NVFP4 16x16": ((16, 32), True),
     "NVFP4 1x16 + RHT, rht_any_input_dtype": ((16, 32), True),
-    "NVFP4 1x16, GEMM-swizzled": ((16, 32), True), "NVFP4 1x16 row-scaled": ((16, 32), True),
+    "NVFP4 1x16, GEMM-swizzled": ((16, 32), True), "NVFP4 1x16 row-scaled, row-wise": ((16, 32), True),
     "NVFP4 1x16 4over6 (MAE, 256)": ((16, 32), True), "NVFP4 16x16 4over6 (MSE, 448)": ((16, 32), True),
     "NVFP4 1x16 4over6 fast (MSE, 256)": ((16, 32), True), "NVFP4 16x16 4over6 fast (MAE, 448)": ((16, 32), True),
 }
@@ -341,15 +342,21 @@ def test_dequantize_is_tes_formula_bit_for_bit(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_nvfp4_2d_pads_rows_that_are_not_a_multiple_of_16_as_te(dtype: str) -> None:
-    """TE's reference zero-pads the rows of a 16x16-tiled tensor; row-wise usage accepts any M."""
+def test_nvfp4_2d_tiles_of_a_partial_row_block_pad_as_tes_reference_and_the_quantizer_refuses_them(dtype: str) -> None:
+    """TE differs between its paths for M % 16 != 0: its pure-PyTorch reference quantizer
+    (``custom_recipes/reference_nvfp4.py``, ``_pad_tensor``) zero-pads the rows of a
+    16x16-tiled tensor, while ``NVFP4Quantizer::create_tensor`` -- the C++ path of TE's
+    ``NVFP4Quantizer``, which this package's quantizer stands for -- refuses the shape for
+    any usage. So the quantizer refuses it, and the numerics underneath keep the
+    reference's padding (bit-exact with the oracle) for a caller of the 2-D function."""
     x = te_cases.family("outliers", (40, 64), te_cases.DTYPES[dtype], seed=11)
-    t = NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=False).quantize(x)
+    with pytest.raises(ValueError, match="product of the leading dims must be a multiple of 16"):
+        NVFP4Quantizer(with_2d_quantization=True, columnwise_usage=False).quantize(x)
     codes, scales, amax = te_reference.nvfp4(x.float().numpy(), tile_rows=16)
-    assert np.array_equal(t._rowwise_data.numpy(), codes)
-    buffer = te_reference.microscale_buffer(scales, along_rows=False, swizzled=False)
-    assert np.array_equal(t._rowwise_scale_inv.view(torch.uint8).numpy(), buffer.view(np.uint8))
-    assert t._amax_rowwise.item() == amax[0]
+    data, scale = numerics.nvfp4_quantize(x, numerics.amax(x).reshape(1), 16)
+    assert np.array_equal(data.numpy(), codes)
+    assert np.array_equal(scale.view(torch.uint8).numpy(), scales.view(np.uint8))
+    assert numerics.amax(x).item() == amax[0]
 
 
 # ------------------------------------------------------- NVFP4 with NaN, 4over6, row-scaled
@@ -365,7 +372,7 @@ def test_nvfp4_negative_zero_is_code_0_as_tes_reference_small_negatives_code_8()
     - this package: the reference's codes. TE's own exact test compares kernel and reference
       codes with atol=0, so the two are not equal there (its inputs never hold a -0.0); both
       codes decode to zero, so every dequantized value agrees."""
-    x = torch.full((1, 16), 100.0)  # encode scale 6 / 100
+    x = torch.full((16, 16), 100.0)  # encode scale 6 / 100; 16 rows, as TE's create_tensor needs
     x[0, 1], x[0, 2], x[0, 3] = -0.0, -1e-3, 0.0  # -1e-3 * 0.06 rounds to zero: "-0"
     x[0, 4] = -1e-45  # times 0.06 underflows to -0.0 in fp32: code 0 (the kernel: 8)
     codes = numerics.unpack_fp4(NVFP4Quantizer(columnwise_usage=False).quantize(x)._rowwise_data)[0]
@@ -473,15 +480,29 @@ def test_nvfp4_4over6_picks_the_smaller_error_candidate_per_block(mode: str, e4m
 def test_nvfp4_row_scaled_keeps_one_amax_per_row_and_per_column() -> None:
     """TE's ``row_scaled_nvfp4``: the row-wise amax is (M,), the column-wise one (K,) -- one
     per row of x^T (``quantizer.cpp`` allocates ``amax_columnwise`` with ``flat_last_dim``)."""
-    x = torch.randn(32, 48)
+    # bf16 with both dims multiples of 32: TE's kernels take the column-wise layout from no other
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
     x[3] *= 100.0  # a loud row does not coarsen the others
     t = NVFP4Quantizer(row_scaled_nvfp4=True).quantize(x)
-    assert t._amax_rowwise.shape == (32,) and t._amax_columnwise.shape == (48,)
-    assert torch.equal(t._amax_rowwise, x.abs().amax(1)) and torch.equal(t._amax_columnwise, x.abs().amax(0))
+    assert t._amax_rowwise.shape == (32,) and t._amax_columnwise.shape == (64,)
+    assert torch.equal(t._amax_rowwise, x.abs().amax(1).float())
+    assert torch.equal(t._amax_columnwise, x.abs().amax(0).float())
     per_tensor = NVFP4Quantizer().quantize(x)
     quiet = torch.arange(32) != 3
-    row_err = (t.dequantize(layout="rowwise") - x)[quiet].abs().mean()
-    assert row_err < (per_tensor.dequantize(layout="rowwise") - x)[quiet].abs().mean()
+    row_err = (t.dequantize(torch.float32, layout="rowwise") - x.float())[quiet].abs().mean()
+    assert row_err < (per_tensor.dequantize(torch.float32, layout="rowwise") - x.float())[quiet].abs().mean()
+
+
+@pytest.mark.parametrize("family", te_cases.FAMILIES)
+def test_row_scaled_nvfp4_both_usages_are_bit_exact_with_te_on_bf16_multiples_of_32(family: str) -> None:
+    """The column-wise layout of row-scaled NVFP4 (one amax per column of x), on the input
+    TE's kernels take it from: bf16, both dims multiples of 32."""
+    case = te_cases.Case("row-scaled both", lambda: NVFP4Quantizer(row_scaled_nvfp4=True),
+                         te_cases._nvfp4(False, False, row_scaled=True))
+    x = te_cases.family(family, (64, 96), torch.bfloat16, seed=4)
+    fractions = te_cases.compare(case, x)
+    assert set(fractions) >= {"_columnwise_data", "_amax_columnwise"}
+    assert fractions == {k: 1.0 for k in fractions}, fractions
 
 
 @pytest.mark.parametrize(

@@ -208,7 +208,13 @@ class Quantizer(metaclass=_opaque_metaclass()):
         buffers = fast_buffers(self, x.detach(), options)
         if buffers is None:
             buffers = self._quantize_tensor(x.detach(), **options)
+        buffers = self._shape_buffers(buffers, tuple(x.shape))
         return self.tensor_class(shape=x.shape, dtype=x.dtype, quantizer=self._for_tensor(), **buffers)
+
+    def _shape_buffers(self, buffers: dict[str, torch.Tensor | None], shape: tuple[int, ...]) -> dict[str, torch.Tensor | None]:
+        """The buffers in the shapes TE allocates for a tensor of ``shape`` (default: as given)."""
+        del shape
+        return buffers
 
     def _quantize_tensor(self, x: torch.Tensor, **options: Any) -> dict[str, torch.Tensor | None]:
         """The buffers of ``x`` (any shape); by default those of its (M, K) view."""
@@ -542,7 +548,9 @@ class RowColumnQuantizer(Quantizer):
     blockwise FP8 and NVFP4 store it transposed, (K, M)); a format whose column-wise
     data keeps the (M, K) layout (MXFP8) overrides the hooks. Subclasses implement, for
     one layout, ``_quantize_layout(matrix, layout, **options)`` / ``_dequantize_layout`` /
-    ``_describe_layout``, with parts named ``data``, ``scale_inv`` and optionally ``amax``.
+    ``_describe_layout``, with parts named ``data``, ``scale_inv`` and optionally ``amax``,
+    all on 2-D matrices. Data is STORED in TE's N-D shape (:meth:`_data_shape`) and read
+    back through its 2-D view (:meth:`data_2d`); scale buffers are 2-D, as TE's.
     """
 
     #: Whether the column-wise layout is stored as x^T, (K, M). A class attribute, not a
@@ -558,6 +566,39 @@ class RowColumnQuantizer(Quantizer):
 
     def _layout_shape(self, m: int, k: int, layout: str) -> tuple[int, int]:
         return (k, m) if self._is_transposed(layout) else (m, k)
+
+    def _data_shape(self, shape: Sequence[int], layout: str) -> tuple[Any, ...]:
+        """The shape of a layout's data for a tensor of logical ``shape``, as TE's
+        ``create_tensor`` allocates it (``pytorch/csrc/quantizer.cpp``): the N-D shape itself,
+        or ``(shape[-1], *shape[:-1])`` for a transposed column-wise layout."""
+        shape = as_dims(shape)
+        if self._is_transposed(layout) and len(shape) > 0:
+            return (shape[-1], *shape[:-1])
+        return shape
+
+    def _data_2d(self, data: torch.Tensor, layout: str) -> torch.Tensor:
+        """The (rows, cols) matrix view of a layout's stored data -- (M, K), or (K, M) when
+        transposed -- that the numerics, the scale layouts and the GEMMs read."""
+        if not self._is_transposed(layout):
+            return numerics.flatten_2d(data)
+        if data.dim() == 0:
+            return data.reshape(1, 1)
+        return data.unsqueeze(1) if data.dim() == 1 else data.flatten(1)
+
+    def data_2d(self, tensor: QuantizedTensor, layout: str) -> torch.Tensor:
+        """``tensor``'s ``layout`` data as the 2-D matrix the numerics and GEMMs read (a view)."""
+        data = getattr(tensor, layout_buffer_name(layout, "data"))
+        if data is None:
+            raise ValueError(f"{type(tensor).__name__}: no {layout!r} data")
+        return self._data_2d(data, layout)
+
+    def _shape_buffers(self, buffers: dict[str, torch.Tensor | None], shape: tuple[int, ...]) -> dict[str, torch.Tensor | None]:
+        out = dict(buffers)
+        for layout in LAYOUTS:
+            name = layout_buffer_name(layout, "data")
+            if out.get(name) is not None:
+                out[name] = out[name].reshape(self._data_shape(shape, layout))
+        return out
 
     def _quantize_layout(self, matrix: torch.Tensor, layout: str, **options: Any) -> dict[str, torch.Tensor]:
         """The parts of one layout; ``options`` are the per-call options the format accepts
@@ -584,9 +625,7 @@ class RowColumnQuantizer(Quantizer):
     def compact_scale_inv(self, tensor: QuantizedTensor, layout: str) -> torch.Tensor:
         """The valid region of ``tensor``'s ``layout`` scales, one entry per block, row-major
         (TE's padding and swizzling undone): what the numerics and a GEMM emulation read."""
-        data = getattr(tensor, layout_buffer_name(layout, "data"))
-        if data is None:
-            raise ValueError(f"{type(tensor).__name__}: no {layout!r} data")
+        data = self.data_2d(tensor, layout)
         return self._load_scale_inv(getattr(tensor, layout_buffer_name(layout, "scale_inv")), data, layout)
 
     def _used_layouts(self) -> tuple[str, ...]:
@@ -614,6 +653,7 @@ class RowColumnQuantizer(Quantizer):
             for part in ("data", "scale_inv", "amax")
             if layout_buffer_name(layout, part) in tensor._FLATTEN_TENSOR_BUFFERS
         }
+        parts["data"] = self._data_2d(parts["data"], layout)
         parts["scale_inv"] = self._load_scale_inv(parts["scale_inv"], parts["data"], layout)
         return layout, parts
 
@@ -630,17 +670,27 @@ class RowColumnQuantizer(Quantizer):
         spec: BufferSpec = {}
         for layout in self._used_layouts():
             rows, cols = self._layout_shape(m, k, layout)
-            spec.update({layout_buffer_name(layout, part): s for part, s in self._describe_layout(rows, cols, layout).items()})
+            parts = self._describe_layout(rows, cols, layout)
+            parts["data"] = (self._data_shape(shape, layout), parts["data"][1])  # TE's N-D data shape
+            spec.update({layout_buffer_name(layout, part): s for part, s in parts.items()})
         order = self.tensor_class._FLATTEN_TENSOR_BUFFERS
         return {name: spec[name] for name in order if name in spec}
 
 
-def check_block_multiple(owner: str, shape: tuple[int, ...], block: int, *, rowwise: bool, columnwise: bool) -> None:
-    """Row-wise blocks run along K (last dim), column-wise ones along M (product of the rest)."""
+def check_block_multiple(owner: str, shape: tuple[int, ...], block: int) -> None:
+    """Both dims of the 2-D view a multiple of ``block``, whatever the usages: TE's
+    ``create_tensor`` checks the product of the leading dims (the column-wise blocks' dim)
+    and the last dim (the row-wise blocks') before it allocates anything, so a row-wise-only
+    tensor of one row is refused too (``pytorch/csrc/quantizer.cpp``, MXFP8 and NVFP4)."""
     m, k = rows_cols(shape)
-    if rowwise and k % block:
-        raise ValueError(f"{owner}: row-wise usage needs the last dim to be a multiple of {block}, got shape {shape}")
-    if columnwise and m % block:
+    if m % block:
         raise ValueError(
-            f"{owner}: column-wise usage needs the product of the leading dims to be a multiple of {block}, got shape {shape}"
+            f"{owner}: the product of the leading dims must be a multiple of {block} for any usage, as "
+            f"TransformerEngine's create_tensor requires (\"First dim ... must be divisible by {block}\"); "
+            f"got shape {shape} (first dim {m})"
+        )
+    if k % block:
+        raise ValueError(
+            f"{owner}: the last dim must be a multiple of {block} for any usage, as TransformerEngine's "
+            f"create_tensor requires (\"requires tensor dims that are divisible by {block}\"); got shape {shape}"
         )

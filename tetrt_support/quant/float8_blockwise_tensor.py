@@ -6,7 +6,9 @@ scale follows TE's current-scaling rule with the input dtype's max standing in f
 infinite scale, power-of-two scales by default
 (:func:`~tetrt_support.quant.numerics.float8_blockwise_quantize`). Any shape is accepted:
 edge blocks are partial (the scale grid is ceil-divided, padding is zeros and never raises
-an amax). Column-wise data is the recipe applied to x^T, stored (K, M), as TE stores it.
+an amax). Column-wise data is the recipe applied to x^T; as TE allocates them, row-wise
+data keeps the input's N-D shape and column-wise data is ``(shape[-1], *shape[:-1])``
+(the 2-D view (K, M)).
 Scale buffers are TE's GEMM-ready layout (:mod:`tetrt_support.quant.scale_layouts`):
 1x128 scales stored transposed, (K/128, M) with M padded to a multiple of 4; 128x128
 scales (M/128, K/128) with the inner dim padded to a multiple of 4; zero padding. The
@@ -25,8 +27,9 @@ BLOCK = 128
 
 
 class Float8BlockwiseTensor(QuantizedTensor):
-    """FP8 with fp32 scales per 1x128 or 128x128 block; row-wise data (M, K), column-wise
-    data (K, M) = the quantized transpose, each with its own scale_inv grid."""
+    """FP8 with fp32 scales per 1x128 or 128x128 block; row-wise data in the logical shape
+    (2-D view (M, K)), column-wise data ``(shape[-1], *shape[:-1])`` (view (K, M)) = the
+    quantized transpose, each with its own 2-D scale_inv grid."""
 
     _FLATTEN_TENSOR_BUFFERS = ("_rowwise_data", "_rowwise_scale_inv", "_columnwise_data", "_columnwise_scale_inv")
 

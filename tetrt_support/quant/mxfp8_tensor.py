@@ -3,11 +3,12 @@
 The block scale is TE's ``float_to_e8m0(amax * fp32(1 / fp8_max))``, rounded UP to a power
 of two so that no element of the block overflows, stored as a biased exponent in a uint8
 (:func:`~tetrt_support.quant.numerics.mxfp8_quantize`; torch's own ``float8_e8m0fnu``
-cast rounds to nearest and would overflow blocks). Layouts are TE's: both usages keep the
-(M, K) data layout; row-wise blocks are 1x32 with (M, K/32) scales, column-wise blocks
+cast rounds to nearest and would overflow blocks). Layouts are TE's: both usages store
+data in the input's own N-D shape (blocks run over its 2-D view (M, K), M the product
+of the leading dims); row-wise blocks are 1x32 with (M, K/32) scales, column-wise blocks
 32x1 with (M/32, K) scales. ``with_2d_quantization`` (TE's ``enable_2d_quantization``,
-meant for weights) uses one scale per 32x32 tile, shared by both usages. The quantized
-dimension must be a multiple of 32 (K row-wise, M column-wise), as TE requires.
+meant for weights) uses one scale per 32x32 tile, shared by both usages. M and K must
+both be multiples of 32 whatever the usages, as TE's ``create_tensor`` requires.
 
 Scale buffers are stored as TE allocates them (:mod:`tetrt_support.quant.scale_layouts`):
 row-wise padded to multiples of (128, 4), column-wise of (4, 128), zero padding;
@@ -26,8 +27,9 @@ BLOCK = numerics.MXFP8_BLOCK
 
 
 class MXFP8Tensor(QuantizedTensor):
-    """MXFP8: FP8 data (M, K) with one E8M0 exponent (uint8, biased by 127) per block:
-    row-wise scales (M, K/32), column-wise data again (M, K) with scales (M/32, K)."""
+    """MXFP8: FP8 data in the logical N-D shape (2-D view (M, K)) with one E8M0 exponent
+    (uint8, biased by 127) per block: row-wise scales (M, K/32), column-wise data again in
+    the logical shape with scales (M/32, K)."""
 
     _FLATTEN_TENSOR_BUFFERS = ("_rowwise_data", "_rowwise_scale_inv", "_columnwise_data", "_columnwise_scale_inv")
 
@@ -59,13 +61,10 @@ class MXFP8Quantizer(RowColumnQuantizer):
         self.optimize_for_gemm = bool(optimize_for_gemm)
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
-        both = self.with_2d_quantization
-        check_block_multiple(
-            type(self).__name__, shape, BLOCK, rowwise=self.rowwise_usage or both, columnwise=self.columnwise_usage or both
-        )
+        check_block_multiple(type(self).__name__, shape, BLOCK)
 
     # Both usages quantize x itself and keep its (M, K) layout.
-    _COLUMNWISE_TRANSPOSED = False  # TE keeps MXFP8's column-wise data (M, K), scales (M/32, K)
+    _COLUMNWISE_TRANSPOSED = False  # TE keeps MXFP8's column-wise data in the logical shape, scales (M/32, K)
 
     def _block_shape(self, layout: str) -> tuple[int, int]:
         if self.with_2d_quantization:

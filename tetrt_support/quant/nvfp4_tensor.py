@@ -35,7 +35,8 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
 
 - ``row_scaled_nvfp4``: one global amax per row of each layout (``_amax_rowwise`` (M,),
   ``_amax_columnwise`` (K,)), so a loud row does not coarsen the others; TE refuses it
-  with RHT, 2-D blocks, stochastic rounding and amax reduction, and so does this class.
+  with RHT, 2-D blocks, stochastic rounding and amax reduction, and so does this class;
+  its column-wise usage needs bf16 input with both dims multiples of 32 and 4over6 off.
 - ``nvfp4_use_4over6`` (``nvfp4_4over6_err_mode`` "MAE"/"MSE", ``nvfp4_e4m3_max`` 448 or
   256): per block, the better of two decode scales (see
   :func:`~tetrt_support.quant.numerics.nvfp4_quantize`); not with RHT or stochastic rounding.
@@ -45,8 +46,10 @@ tensor role, see :mod:`tetrt_support.quant.recipes`):
   TE's kernel does when it is set; forced to False without 4over6.
 - ``optimize_for_gemm``: scale buffers in cuBLAS's swizzled layout (TE's attribute).
 
-The quantized dim must be a multiple of 16 (K row-wise, M column-wise), as TE requires;
-column-wise data is stored transposed, (K, M/2), as TE stores it. Scale buffers are padded
+Both dims of the 2-D view (M = product of the leading dims, K) must be multiples of 16
+whatever the usages, as TE's ``create_tensor`` requires. Data is stored in TE's shapes:
+row-wise codes in the input's N-D shape with the last dim halved, column-wise codes
+transposed and 2-D, (K, M/2). Scale buffers are padded
 as TE allocates them (rows to 128, scale columns to 4; :mod:`tetrt_support.quant.scale_layouts`).
 A NaN element encodes as +6 and never raises an amax, as TE's kernels do. An inf element
 makes the amax inf (S = 1); then, as in TE, the dequantized values are +-inf or NaN and a
@@ -56,12 +59,15 @@ GEMM's alpha is inf (:func:`~tetrt_support.quant.numerics.nvfp4_dequantize`,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from tetrt_support.quant import numerics, philox, scale_layouts
-from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, all_reduce_max, check_block_multiple
+from tetrt_support.quant.base import (
+    BufferSpec, QuantizedTensor, RowColumnQuantizer, all_reduce_max, as_dims, check_block_multiple, rows_cols,
+)
 from tetrt_support.quant.dynamo import register_value_quantizer
 
 BLOCK = numerics.NVFP4_BLOCK
@@ -69,8 +75,9 @@ TE_RHT_SIGN_MASK = numerics.TE_RHT_SIGN_MASK
 
 
 class NVFP4Tensor(QuantizedTensor):
-    """NVFP4: E2M1 codes packed two per byte (uint8 (M, K/2); column-wise (K, M/2)), one E4M3
-    scale per 16-element block ((M, K/16); column-wise (K, M/16)) and a per-usage fp32 amax.
+    """NVFP4: E2M1 codes packed two per byte (uint8 (..., K/2) in the input's leading dims;
+    column-wise (K, M/2)), one E4M3 scale per 16-element block ((M, K/16); column-wise
+    (K, M/16), 2-D) and a per-usage fp32 amax.
     Amax buffers last, as in TE's flatten order."""
 
     _FLATTEN_TENSOR_BUFFERS = (
@@ -181,12 +188,18 @@ class NVFP4Quantizer(RowColumnQuantizer):
         return matrix.clone() if matrix is not None and self.is_frozen else matrix
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
-        check_block_multiple(type(self).__name__, shape, BLOCK, rowwise=self.rowwise_usage, columnwise=self.columnwise_usage)
+        check_block_multiple(type(self).__name__, shape, BLOCK)
 
     def _check_input(self, x: torch.Tensor) -> None:
-        """TE's kernels refuse the transform on non-bf16 input, whatever the usage (an empty
-        input returns before TE's check, so it passes here too)."""
-        if not self.with_rht or self.rht_any_input_dtype or x.dtype == torch.bfloat16 or x.numel() == 0:
+        """TE's kernels refuse the transform on non-bf16 input, whatever the usage, and the
+        column-wise layout of row-scaled NVFP4 unless the input is bf16 with both dims of its
+        2-D view multiples of 32 and 4over6 is off (``common/cast/dispatch/quantize.cuh``).
+        An empty input returns before TE's checks, so it passes here too."""
+        if x.numel() == 0:
+            return
+        if self.row_scaled_nvfp4 and self.columnwise_usage:
+            self._check_row_scaled_columnwise(x)
+        if not self.with_rht or self.rht_any_input_dtype or x.dtype == torch.bfloat16:
             return
         layouts = " and ".join(layout.replace("wise", "-wise") for layout in self._used_layouts())
         raise TypeError(
@@ -195,6 +208,25 @@ class NVFP4Quantizer(RowColumnQuantizer):
             "Hadamard transform applies to the column-wise layout). Cast the input to torch.bfloat16, or build the "
             "quantizer with rht_any_input_dtype=True to accept any dtype, as TE's reference quantizer does"
         )
+
+    def _check_row_scaled_columnwise(self, x: torch.Tensor) -> None:
+        name = type(self).__name__
+        if self.nvfp4_use_4over6:
+            raise ValueError(
+                f"{name}.quantize: row-scaled NVFP4 with column-wise usage is not supported with 4over6, as in "
+                "TransformerEngine (\"Row-scaled NVFP4 transpose quantization is not supported with 4over6 mode\": "
+                "its 4over6 kernel does not read the per-row/per-column amaxes). Set columnwise_usage=False or "
+                "nvfp4_use_4over6=False"
+            )
+        m, k = rows_cols(tuple(x.shape))
+        if x.dtype != torch.bfloat16 or m % 32 or k % 32:
+            raise ValueError(
+                f"{name}.quantize: row-scaled NVFP4 with column-wise usage needs torch.bfloat16 input with the "
+                "product of the leading dims and the last dim multiples of 32, as TransformerEngine requires "
+                "(\"Row-scaled NVFP4 transpose quantization requires BF16 input and dimensions that are "
+                f"multiples of 32\"); got {x.dtype} of shape {tuple(x.shape)}. Cast to torch.bfloat16, or set "
+                "columnwise_usage=False"
+            )
 
     def _layout_matrix(self, x2d: torch.Tensor, layout: str) -> torch.Tensor:
         if layout == "rowwise":
@@ -226,6 +258,18 @@ class NVFP4Quantizer(RowColumnQuantizer):
             four_over_six_fast_math=self.nvfp4_4over6_err_use_fast_math,
         )
         return {"data": data, "scale_inv": scale, "amax": amax}
+
+    def _data_shape(self, shape: Sequence[int], layout: str) -> tuple[Any, ...]:
+        """TE's ``NVFP4Quantizer::create_tensor``: row-wise codes in the N-D shape with the last
+        dim halved (``convert_shape_for_fp4``); column-wise codes 2-D, (K, M/2), on purpose
+        ("enforce 2D shape": a transposed (H, S, 1) would halve the 1 to 0). TE's pure-Python
+        allocation (``inner_tensor_specs``) gives ``(K, *leading)`` halved instead; the
+        C++ quantize path, which this quantizer stands for, allocates the 2-D one."""
+        shape = as_dims(shape)
+        if layout == "rowwise":
+            return (*shape[:-1], shape[-1] // 2)
+        m, k = rows_cols(shape)
+        return (k, m // 2)
 
     def _store_scale_inv(self, compact: torch.Tensor, layout: str) -> torch.Tensor:
         del layout  # the column-wise scales belong to the transposed data: same padding rule

@@ -200,9 +200,9 @@ def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
     FP8 blockwise gives no scale here: its GEMM reads the stored buffers
     (:func:`gemm_ready_block_scales`) and makes compact ones only where it needs them.
 
-    Data shapes, as the quantizers store them: per-tensor FP8 row-wise (M, K), column-wise
-    (K, M); FP8 blockwise and NVFP4 column-wise (K, M) (the recipe on x^T); MXFP8
-    column-wise (M, K) with 32 x 1 blocks."""
+    Data shapes, as the 2-D views the quantizers give of their stored (TE's N-D) buffers:
+    per-tensor FP8 row-wise (M, K), column-wise (K, M); FP8 blockwise and NVFP4 column-wise
+    (K, M) (the recipe on x^T); MXFP8 column-wise (M, K) with 32 x 1 blocks."""
     if type(t).__name__ == "Float8Tensor":
         names = {"rowwise": "_data", "columnwise": "_transpose"}
         for name in ([layout] if layout else ["rowwise", "columnwise"]):
@@ -212,8 +212,8 @@ def _parts(t: Any, layout: str | None) -> tuple[Any, ...] | None:
         return None
     blockwise = type(t).__name__ == "Float8BlockwiseTensor"  # its GEMM reads the stored scales (_blockwise_mm)
     for name in ([layout] if layout else ["rowwise", "columnwise"]):
-        data = getattr(t, f"_{name}_data", None)
-        if data is not None:
+        if getattr(t, f"_{name}_data", None) is not None:
+            data = t._quantizer.data_2d(t, name)  # stored N-D, as TE allocates it
             scale = None if blockwise else t._quantizer.compact_scale_inv(t, name)
             return data, scale, getattr(t, f"_amax_{name}", None), name
     return None
@@ -228,7 +228,7 @@ def gemm_ready_block_scales(t: Any, layout: str) -> torch.Tensor:
     from tetrt_support.quant.kernels.gemm import outer_major_scales
 
     stored = getattr(t, f"_{layout}_scale_inv")
-    rows = getattr(t, f"_{layout}_data").shape[0]
+    rows = t._quantizer.data_2d(t, layout).shape[0]
     if t._quantizer.block_scaling_dim == 2:
         return stored if stored.is_contiguous() else t._quantizer.compact_scale_inv(t, layout)
     if stored.shape[1] == rows and stored.is_contiguous():
