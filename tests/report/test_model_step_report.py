@@ -68,3 +68,15 @@ def test_the_inline_fix_is_stored_as_checked_under_torch_2_11() -> None:
     assert all(row["equal"] for row in fixed["inline_fp8_current_cases"].values())
     before = results.load(results.RESULTS_DIR / "gpu_check_inline_decoder_cuda.json", "gpu_check")
     assert before["torch"].startswith("2.11") and not any(r["equal"] for r in before["inline_fp8_current_cases"].values())
+
+
+def test_inline_linear_lines_name_the_unequal_outputs() -> None:
+    check = {"inline_fp8_block": [
+        {"shape": [256, 128, 128], "bias": False, "equal": {"y": True, "dgrad": True, "wgrad": True},
+         "mismatches": {"y": 0, "dgrad": 0, "wgrad": 0}},
+        {"shape": [256, 128, 384], "bias": True, "equal": {"y": True, "dgrad": False, "wgrad": True, "dbias": True},
+         "mismatches": {"y": 0, "dgrad": 7, "wgrad": 0, "dbias": 0}}]}
+    assert model_step.inline_linear_lines(check, "fp8_block") == [
+        "256 x 128 -> 128: equal bytes: y, dgrad, wgrad",
+        "256 x 128 -> 384, bias: equal bytes: y, wgrad, dbias; differ: dgrad (7 elements)"]
+    assert model_step.inline_linear_lines(check) == []  # no fp8_current rows in this file

@@ -14,8 +14,8 @@ from typing import Any
 from tetrt_support.report.tables import Table
 from tetrt_support.report.training import PEER
 
-__all__ = ["LOSS_TOLERANCE", "case_label", "inline_case_lines", "inline_decoder_lines", "model_step_claims",
-           "model_step_table"]
+__all__ = ["LOSS_TOLERANCE", "case_label", "inline_case_lines", "inline_decoder_lines", "inline_linear_lines",
+           "model_step_claims", "model_step_table"]
 
 #: the issue's bar for the loss after the run: within 1 % of bf16's
 LOSS_TOLERANCE = 0.01
@@ -80,11 +80,11 @@ def model_step_claims(result: Mapping[str, Any], case: str, suite: str = "model_
     return lines
 
 
-def inline_decoder_lines(check: Mapping[str, Any]) -> list[str]:
-    """One line per way ``scripts/gpu_check.py --only inline_decoder`` ran a tiny converted
-    decoder: its loss, and the parameters whose gradient came out zero or missing, against
-    the custom ops run eagerly."""
-    runs = check.get("inline_fp8_current_decoder", {})
+def inline_decoder_lines(check: Mapping[str, Any], recipe: str = "fp8_current") -> list[str]:
+    """One line per way ``scripts/gpu_check.py --only inline_decoder`` ran a tiny decoder
+    converted to ``recipe``: its loss, and the parameters whose gradient came out zero or
+    missing, against the custom ops run eagerly."""
+    runs = check.get(f"inline_{recipe}_decoder", {})
     lines = []
     for name, run in runs.items():
         if "error" in run:
@@ -99,17 +99,34 @@ def inline_decoder_lines(check: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def inline_case_lines(check: Mapping[str, Any]) -> list[str]:
-    """One line per use of one inline Linear that ``scripts/gpu_check.py --only inline_cases``
-    compiled with aot_eager: whether its weight and input gradient norms equal the same call
-    run eagerly, and both pairs where they do not."""
+def inline_case_lines(check: Mapping[str, Any], recipe: str = "fp8_current") -> list[str]:
+    """One line per use of one inline ``recipe`` Linear that ``scripts/gpu_check.py --only
+    inline_cases`` compiled with aot_eager: whether its weight and input gradient norms equal
+    the same call run eagerly, and both pairs where they do not."""
     lines = []
-    for name, row in check.get("inline_fp8_current_cases", {}).items():
+    for name, row in check.get(f"inline_{recipe}_cases", {}).items():
         if row.get("equal"):
             lines.append(f"{name}: aot_eager gradients equal eager's")
             continue
         lines.append(f"{name}: aot_eager (weight, input) gradient norms {_pair(row.get('aot_eager'))}, "
                      f"eager {_pair(row.get('eager'))}")
+    return lines
+
+
+def inline_linear_lines(check: Mapping[str, Any], recipe: str = "fp8_current") -> list[str]:
+    """One line per shape ``scripts/gpu_check.py --only inline`` ran one ``recipe`` Linear
+    through the compiled inline step (inductor) against the custom ops run eagerly: which of
+    y, dgrad, wgrad (dbias) are equal byte for byte, and the count of differing elements
+    where not."""
+    lines = []
+    for row in check.get(f"inline_{recipe}", []):
+        t, k, n = row["shape"]
+        equal = row["equal"]
+        same = [name for name, ok in equal.items() if ok]
+        differ = [f"{name} ({row['mismatches'][name]} elements)" for name, ok in equal.items() if not ok]
+        lines.append(f"{t} x {k} -> {n}{', bias' if row['bias'] else ''}: "
+                     + (f"equal bytes: {', '.join(same)}" if same else "no output equal")
+                     + (f"; differ: {', '.join(differ)}" if differ else ""))
     return lines
 
 
