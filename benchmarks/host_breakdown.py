@@ -44,7 +44,7 @@ def host_us(fn: Callable[[], Any], calls: int = 64, rounds: int = 5) -> float:
 
 def breakdown(t: int = 8192, k: int = 4096, n: int = 4096, recipe: str = "fp8_current") -> dict[str, float]:
     """Host microseconds per call of each layer of a ``recipe`` Linear step at (t, k, n)."""
-    from benchmarks.train_step import CUSTOM_OPS, step_fn
+    from benchmarks.steps import CUSTOM_OPS, step_fn
     from tetrt_support.quant.kernels import _common
     from tetrt_support.quant.linear import Linear
 

@@ -9,62 +9,18 @@ the row says so.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from benchmarks.record import error_record
+from benchmarks.steps import fp8_tensorwise
 from tetrt_support.report.timing import time_calls
 
 
 def _tflops(gemms: int, m: int, n: int, k: int, seconds: float) -> float:
     return gemms * 2 * m * n * k / seconds / 1e12
-
-
-def fp8_tensorwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """FP8 current-scaling data and its scale_inv (a 0-d tensor): raw ``_scaled_mm``'s operands."""
-    from tetrt_support.quant import Float8CurrentScalingQuantizer
-
-    q = Float8CurrentScalingQuantizer(columnwise_usage=False).quantize(t)  # row-wise data is all this needs
-    return q._data, q._scale_inv.reshape(())
-
-
-@dataclass
-class ForwardCase:
-    """The FP8 forward against raw ``_scaled_mm``: the input ``x``, the raw GEMM's operands
-    quantized beforehand, and an fp8_current ``Linear`` whose weight cache is filled (for
-    ``is_first_microbatch=False``)."""
-
-    x: torch.Tensor
-    layer: Any
-    raw_operands: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # xq, wq, x_scale_inv, w_scale_inv
-
-    def raw(self) -> torch.Tensor:
-        xq, wq, xs, ws = self.raw_operands
-        return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)
-
-    def forward(self, first_microbatch: bool | None = None) -> Callable[[], torch.Tensor]:
-        def call() -> torch.Tensor:
-            with torch.no_grad():
-                return self.layer(self.x, is_first_microbatch=first_microbatch)
-        return call
-
-
-def fp8_forward_case(size: int, device: str = "cuda") -> ForwardCase:
-    """The one set-up of the FP8 forward comparison (``train_step`` and ``step_bounds``)."""
-    from tetrt_support.quant.linear import Linear
-
-    g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=g)
-    w = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=g) / size**0.5
-    (xq, xs), (wq, ws) = fp8_tensorwise(x), fp8_tensorwise(w)
-    layer = Linear(size, size, bias=False, recipe="fp8_current", device=device, dtype=torch.bfloat16)
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer(x, is_first_microbatch=True)  # fills the weight cache
-    return ForwardCase(x=x, layer=layer, raw_operands=(xq, wq, xs, ws))
 
 
 def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[str]) -> dict[str, Any]:

@@ -168,17 +168,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m benchmarks.loss_study ARGS`` = ``python -m benchmarks.perf --suites loss_study ARGS``."""
-    import sys
-
+if __name__ == "__main__":  # python -m benchmarks.loss_study ARGS: the entry point, this suite
     from benchmarks import perf
 
-    argv = sys.argv[1:] if argv is None else argv
-    if "--device" not in argv:
-        argv = ["--device", "cuda" if torch.cuda.is_available() else "cpu", *argv]
-    perf.main(["--suites", "loss_study", *argv])
-
-
-if __name__ == "__main__":
-    main()
+    perf.suite_main("loss_study")

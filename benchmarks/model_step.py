@@ -5,13 +5,14 @@
         --modes default,cuda-graph-step --rounds 10 --steps 50
     python -m benchmarks.perf --device cpu --suites model_step --quick   # CPU smoke run -> results/smoke/
 
-(``python -m benchmarks.model_step ARGS`` is the same command on cuda.) What users run: the
-model of :mod:`tetrt_support.zoo.decoder` in bf16, every Linear but ``lm_head`` converted,
+(``python -m benchmarks.model_step ARGS`` is the same command on cuda; ``python -m
+benchmarks.model_step merge OUT IN [IN ...]`` writes :func:`merge_runs` of the IN files to
+OUT.) What users run: the model of :mod:`tetrt_support.zoo.decoder` in bf16, every Linear but ``lm_head`` converted,
 ``torch.compile(model)`` with no options, and one step = ``zero_grad(set_to_none=True)``,
 ``loss = model(ids, labels)``, ``loss.backward()``, ``AdamW(fused=True).step()`` (the
 optimizer not compiled). Modes: ``default`` and ``cuda-graph-step`` (the same compiled model
 and the whole step, optimizer included (``capturable=True``), captured into one CUDA graph by
-:func:`benchmarks.train_step.whole_step_graph`: the GPU's work with the host out of the way).
+:func:`benchmarks.steps.whole_step_graph`: the GPU's work with the host out of the way).
 
 Variants: ``bf16``; ``torchao_float8_tensorwise`` (torchao's float8 training, the ``bench``
 extra); this project's recipes ``fp8_current``, ``fp8_block``, ``mxfp8``, ``nvfp4``
@@ -37,11 +38,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import json
 import math
-import pathlib
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -51,8 +49,10 @@ import torch
 import torch._dynamo
 
 from benchmarks import record
-from benchmarks.train_step import WHOLE_STEP_GRAPH, host_ms_per_step, whole_step_graph
+from benchmarks.steps import WHOLE_STEP_GRAPH, allow_recompiles, host_ms_per_step, whole_step_graph
 from tetrt_support.zoo.decoder import Decoder, DecoderConfig, decoder_config
+
+allow_recompiles()
 
 RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
 TORCHAO = "torchao_float8_tensorwise"
@@ -776,22 +776,7 @@ def merge_runs(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m benchmarks.model_step ARGS`` = ``python -m benchmarks.perf --device cuda --suites model_step ARGS``;
-    ``python -m benchmarks.model_step merge OUT IN [IN ...]`` writes :func:`merge_runs` of the IN files to OUT."""
+if __name__ == "__main__":  # python -m benchmarks.model_step ARGS: the entry point, this suite
     from benchmarks import perf
 
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["merge"]:
-        if len(argv) < 3:
-            raise SystemExit("usage: python -m benchmarks.model_step merge OUT IN [IN ...]")
-        parts = [json.loads(pathlib.Path(p).read_text()) for p in argv[2:]]
-        record.write(pathlib.Path(argv[1]), merge_runs(parts), indent=2)
-        return
-    if "--device" not in argv:
-        argv = ["--device", "cuda" if torch.cuda.is_available() else "cpu", *argv]
-    perf.main(["--suites", "model_step", *argv])
-
-
-if __name__ == "__main__":
-    main()
+    perf.suite_main("model_step")

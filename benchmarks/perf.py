@@ -50,6 +50,7 @@ repeats, written to ``benchmarks/results/smoke/`` (ignored by git) and marked
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import pathlib
@@ -95,59 +96,94 @@ LINEAR_RECIPES = ("fp8_current", "mxfp8", "nvfp4")  # the linear suite's default
 SMOKE_LABEL = "SMOKE RUN (--quick: small sizes, few repeats; not figures to quote)"
 
 
-def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+Write = Callable[[dict[str, Any]], None]  # stores a suite's partial section
+
+
+def _rope(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks.rope import bench_rope
+
+    return {"rope": bench_rope(args.device, SIZES[(args.device, args.quick)]["rope"], iters)}
+
+
+def _attention(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks.rope import bench_attention
+
+    return {"rope_attention": bench_attention(args.device, *SIZES[(args.device, args.quick)]["attention"], iters=iters)}
+
+
+def _linear(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks.linear import bench_linear
+
+    return {"linear": bench_linear(args.device, *SIZES[(args.device, args.quick)]["linear"], iters=iters,
+                                   recipes=args.recipes or list(LINEAR_RECIPES))}
+
+
+def _lowering(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import lowering
+
+    return lowering.run(lowering.QUICK if args.quick else lowering.FULL)
+
+
+def _fake_impls(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import fake_impls
+
+    return fake_impls.run(fake_impls.QUICK if args.quick else fake_impls.FULL)
+
+
+def _train_step(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import train_step
+
+    return train_step.run(args.quick, sizes=args.sizes, variants=args.recipes, rounds=args.rounds, modes=args.modes,
+                          profile_dir=args.profile, profile_variants=args.profile_variant,
+                          reference_too=args.reference_too, write=write)
+
+
+def _step_bounds(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import step_bounds
+
+    return step_bounds.run(args.quick, sizes=args.sizes, recipes=args.recipes, rounds=args.rounds, write=write)
+
+
+def _loss_study(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import loss_study
+
+    return loss_study.run(args.device, args.quick, recipes=args.recipes, steps=args.steps)
+
+
+def _llama4(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import llama4
+
+    case = llama4.CASES[SIZES[(args.device, args.quick)]["llama4"]]
+    return {"llama4": llama4.run(args.device, case, rounds=args.rounds or max(5, iters // 2))}
+
+
+def _te_conformance(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import te_conformance
+
+    return te_conformance.run(args.quick, write=write, formats=args.recipes)
+
+
+def _model_step(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import model_step
+
+    return model_step.run(args.device, args.quick, cases=args.sizes, variants=args.recipes, rounds=args.rounds,
+                          steps=args.steps, modes=None if args.modes == ["default"] else args.modes, write=write)
+
+
+# suite -> its runner: (parsed arguments, iterations, write) -> its section
+RUNNERS: dict[str, Callable[[argparse.Namespace, int, Write], dict[str, Any]]] = {
+    "rope": _rope, "attention": _attention, "linear": _linear, "lowering": _lowering, "fake_impls": _fake_impls,
+    "train_step": _train_step, "step_bounds": _step_bounds, "loss_study": _loss_study, "llama4": _llama4,
+    "te_conformance": _te_conformance, "model_step": _model_step}
+
+
+def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
     """One suite's section: a dict to put under ``suites`` (perf files) or at the top level.
 
     ``write`` stores a partial section (a long suite saves what it has after each size)."""
-    device, quick, recipes = args.device, args.quick, args.recipes
-    sizes = SIZES[(device, quick)]
-    if suite == "rope":
-        from benchmarks.rope import bench_rope
-
-        return {"rope": bench_rope(device, sizes["rope"], iters)}
-    if suite == "attention":
-        from benchmarks.rope import bench_attention
-
-        return {"rope_attention": bench_attention(device, *sizes["attention"], iters=iters)}
-    if suite == "linear":
-        from benchmarks.linear import bench_linear
-
-        return {"linear": bench_linear(device, *sizes["linear"], iters=iters, recipes=recipes or list(LINEAR_RECIPES))}
-    if suite == "lowering":
-        from benchmarks import lowering
-
-        return lowering.run(lowering.QUICK if quick else lowering.FULL)
-    if suite == "fake_impls":
-        from benchmarks import fake_impls
-
-        return fake_impls.run(fake_impls.QUICK if quick else fake_impls.FULL)
-    if suite == "train_step":
-        from benchmarks import train_step
-
-        return train_step.run(quick, sizes=args.sizes, variants=recipes, rounds=args.rounds, modes=args.modes,
-                              profile_dir=args.profile, profile_variants=args.profile_variant,
-                              reference_too=args.reference_too, write=write)
-    if suite == "step_bounds":
-        from benchmarks import step_bounds
-        return step_bounds.run(quick, sizes=args.sizes, recipes=recipes, rounds=args.rounds, write=write)
-    if suite == "loss_study":
-        from benchmarks import loss_study
-
-        return loss_study.run(device, quick, recipes=recipes, steps=args.steps)
-    if suite == "llama4":
-        from benchmarks import llama4
-
-        return {"llama4": llama4.run(device, llama4.CASES[sizes["llama4"]], rounds=args.rounds or max(5, iters // 2))}
-    if suite == "te_conformance":
-        from benchmarks import te_conformance
-
-        return te_conformance.run(quick, write=write, formats=recipes)
-    if suite == "model_step":
-        from benchmarks import model_step
-
-        return model_step.run(device, quick, cases=args.sizes, variants=recipes, rounds=args.rounds, steps=args.steps,
-                              modes=None if args.modes == ["default"] else args.modes, write=write)
-    raise ValueError(f"unknown suite {suite!r}; valid: {', '.join(FILES)}")
+    if suite not in RUNNERS:
+        raise ValueError(f"unknown suite {suite!r}; valid: {', '.join(FILES)}")
+    return RUNNERS[suite](args, iters, write)
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +195,30 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     for key, value in result.get("suites", {}).get("linear", {}).get("ratios", {}).items():
         s[f"linear.{key}"] = round(value, 3)
     return s
+
+
+def _suite_summary(benchmark: str) -> Callable[[dict[str, Any]], Any]:
+    return importlib.import_module(f"benchmarks.{benchmark}").summary
+
+
+# benchmark -> (the key its file must hold, or None, and the headline printed under it)
+HEADLINES: dict[str, tuple[str | None, Callable[[dict[str, Any]], str]]] = {
+    "perf": (None, lambda r: json.dumps(summary(r), indent=1)),
+    "lowering": ("lowering_time", lambda r: "\n".join(_suite_summary("lowering")(r))),
+    "train_step": ("suites", lambda r: json.dumps(_suite_summary("train_step")(r), indent=1)),
+    "loss_study": ("recipes", lambda r: json.dumps(_suite_summary("loss_study")(r), indent=1)),
+    "llama4": ("llama4", lambda r: json.dumps(_suite_summary("llama4")(r), indent=1)),
+    "te_conformance": (None, lambda r: json.dumps(_suite_summary("te_conformance")(r), indent=1)),
+    "fake_impls": ("summary", lambda r: json.dumps({"code_lines": r["code_lines"], "summary": r["summary"]}, indent=1)),
+}
+
+
+def headline(result: dict[str, Any]) -> str | None:
+    """What :func:`main` prints under a written file; None where its suite has no headline."""
+    key, text = HEADLINES.get(result["benchmark"], (None, None))
+    if text is None or (key is not None and key not in result):
+        return None
+    return text(result)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -236,30 +296,32 @@ def main(argv: list[str] | None = None) -> None:
     for name, result in files.items():
         path = record.results_path(name, smoke=args.quick, out_dir=args.out_dir)
         print(f"wrote {path}" + (f"  [{SMOKE_LABEL}]" if args.quick else ""))
-        if result["benchmark"] == "perf":
-            print(json.dumps(summary(result), indent=1))
-        elif result["benchmark"] == "lowering" and "lowering_time" in result:
-            from benchmarks.lowering import summary as lowering_summary
+        text = headline(result)
+        if text is not None:
+            print(text)
 
-            print("\n".join(lowering_summary(result)))
-        elif result["benchmark"] == "train_step" and "suites" in result:
-            from benchmarks.train_step import summary as train_step_summary
 
-            print(json.dumps(train_step_summary(result), indent=1))
-        elif result["benchmark"] == "loss_study" and "recipes" in result:
-            from benchmarks.loss_study import summary as loss_study_summary
+def suite_main(suite: str, argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.<suite> ARGS``: :func:`main` with ``--suites <suite> ARGS``.
 
-            print(json.dumps(loss_study_summary(result), indent=1))
-        elif result["benchmark"] == "llama4" and "llama4" in result:
-            from benchmarks.llama4 import summary as llama4_summary
+    ``train_step`` runs on cuda; ``loss_study`` and ``model_step`` on cuda where there is
+    one, else on the CPU (``--device`` overrides). ``python -m benchmarks.model_step merge
+    OUT IN [IN ...]`` writes :func:`benchmarks.model_step.merge_runs` of the IN files to OUT."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if suite == "train_step":
+        main(["--device", "cuda", "--suites", suite, *argv])
+        return
+    if suite == "model_step" and argv[:1] == ["merge"]:
+        from benchmarks.model_step import merge_runs
 
-            print(json.dumps(llama4_summary(result), indent=1))
-        elif result["benchmark"] == "te_conformance":
-            from benchmarks.te_conformance import summary as te_conformance_summary
-
-            print(json.dumps(te_conformance_summary(result), indent=1))
-        elif result["benchmark"] == "fake_impls" and "summary" in result:
-            print(json.dumps({"code_lines": result["code_lines"], "summary": result["summary"]}, indent=1))
+        if len(argv) < 3:
+            raise SystemExit("usage: python -m benchmarks.model_step merge OUT IN [IN ...]")
+        parts = [json.loads(pathlib.Path(p).read_text()) for p in argv[2:]]
+        record.write(pathlib.Path(argv[1]), merge_runs(parts), indent=2)
+        return
+    if "--device" not in argv:
+        argv = ["--device", "cuda" if torch.cuda.is_available() else "cpu", *argv]
+    main(["--suites", suite, *argv])
 
 
 if __name__ == "__main__":

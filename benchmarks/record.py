@@ -61,6 +61,15 @@ def machine(device: str = "cpu") -> dict[str, Any]:
     return info
 
 
+def torchao_version() -> dict[str, Any]:
+    """``{"torchao": version}`` where torchao is installed (the suites that time its float8 training), else ``{}``."""
+    try:
+        import torchao
+    except ImportError:
+        return {}
+    return {"torchao": torchao.__version__}
+
+
 def error_record(e: BaseException) -> dict[str, str]:
     """A failure as a results entry: the exception type and the first line of its message."""
     first = str(e).splitlines()[0][:300] if str(e) else ""

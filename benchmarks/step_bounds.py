@@ -6,7 +6,8 @@ The train_step suite times whole steps. This one asks what bounds them. Per reci
 size, each of these is one CUDA graph, and all of them are replayed round-robin in one
 process (:mod:`tetrt_support.report.timing`):
 
-- ``step``: the compiled training step captured whole (train_step's ``cuda-graph-step``);
+- ``step``: the compiled training step captured whole (train_step's ``cuda-graph-step``,
+  :mod:`benchmarks.steps`);
 - ``gemms``: only the step's three GEMM calls (fprop, dgrad, wgrad) on operands that were
   quantized beforehand, through the same ``quantized_matmul`` with the same layouts. For
   MXFP8 and NVFP4 that includes their emulation on Hopper: bf16 operands dequantized from
@@ -112,7 +113,7 @@ def bound(bf16_step_s: float, gemms_s: float, floor_bytes: int, copy_bytes_per_s
 def bench_size(size: str, recipes: list[str], rounds: int) -> dict[str, Any]:
     """Every part of every recipe at one size, timed round-robin as CUDA-graph replays."""
     from benchmarks.gpu_clocks import ClockSampler
-    from benchmarks.train_step import WHOLE_STEP_GRAPH, GraphReplay, step_fn, whole_step_graph
+    from benchmarks.steps import WHOLE_STEP_GRAPH, GraphReplay, step_fn, whole_step_graph
     from tetrt_support.report.timing import time_round_robin
     from tetrt_support.report.training import STEP_TARGETS
 
@@ -193,8 +194,7 @@ def forward_bound(size: int, rounds: int) -> dict[str, Any]:
     and the best ratio to raw ``_scaled_mm`` that quantization at copy speed allows:
     ``scaled_mm / (scaled_mm + floor)``, with current scaling's two reads of each input
     (``bound_two_reads``) and with one (``bound_one_read``: any quantizer)."""
-    from benchmarks.linear import fp8_forward_case
-    from benchmarks.train_step import whole_step_graph
+    from benchmarks.steps import fp8_forward_case, whole_step_graph
     from tetrt_support.report.timing import time_round_robin
     from tetrt_support.report.training import FORWARD_TARGETS
 
@@ -237,14 +237,15 @@ def run(quick: bool = False, *, sizes: list[str] | None = None, recipes: list[st
     """The ``step_bounds`` suite of ``python -m benchmarks.perf`` (a CUDA device needed):
     ``{"machine": {...}, "suites": {"step_bounds": {"sizes": {TxKxN: bench_size(...)},
     "forward": forward_bound(...)}}}`` (``forward_size`` 0: no forward section)."""
-    from benchmarks.train_step import DEFAULT_SIZES, QUICK_SIZES, machine_extras
+    from benchmarks.record import torchao_version
+    from benchmarks.steps import DEFAULT_SIZES, QUICK_SIZES
 
     if not torch.cuda.is_available():
         raise RuntimeError("the step_bounds suite needs a CUDA device")
     sizes = sizes or list(QUICK_SIZES if quick else DEFAULT_SIZES)
     recipes = recipes or list(RECIPES)
     rounds = rounds or (3 if quick else 10)
-    result: dict[str, Any] = {"machine": machine_extras(), "suites": {"step_bounds": {"sizes": {}}}}
+    result: dict[str, Any] = {"machine": torchao_version(), "suites": {"step_bounds": {"sizes": {}}}}
     section = result["suites"]["step_bounds"]
     section["definition"] = ("bound_speedup_vs_bf16 = bf16 step / (gemms + quantize_floor); quantize_floor = "
                              "quantize_floor_bytes at the copy's bandwidth; every figure a CUDA-graph replay")

@@ -4,9 +4,10 @@
     python -m benchmarks.perf --device cuda --suites train_step --sizes 8192x4096x4096 \
         --recipes bf16,fp8_current --modes default,reduce-overhead --profile prof/
 
-(``python -m benchmarks.train_step ARGS`` is the same command.) One step: ``y = layer(x);
-y.backward(dy)`` for one Linear without bias, bf16 weight and activations, the layer
-``torch.compile``d (inductor), gradients reset to None before each step. ``--modes``:
+(``python -m benchmarks.train_step ARGS`` is the same command.) One step
+(:func:`benchmarks.steps.step_fn`): ``y = layer(x); y.backward(dy)`` for one Linear without
+bias, bf16 weight and activations, the layer ``torch.compile``d (inductor), gradients reset
+to None before each step. ``--modes``:
 ``default``, torch.compile's other modes (``reduce-overhead``: its CUDA graphs, one per
 forward and per backward, each replay checked by the host), and ``cuda-graph-step``: the
 default-mode step, forward and backward, captured into ONE CUDA graph and replayed (what
@@ -32,11 +33,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-train-step-"))
@@ -44,123 +43,27 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 
-# Every variant of a size is compiled at once (they are timed in turn), and the quantized
-# Linears of the four recipes share one ``forward`` code object: each is one cache entry.
-torch._dynamo.config.recompile_limit = 64
+from benchmarks import record  # noqa: E402
+from benchmarks.steps import (  # noqa: E402
+    CUSTOM_OPS,
+    DEFAULT_SIZES,
+    QUICK_SIZES,
+    WHOLE_STEP_GRAPH,
+    allow_recompiles,
+    fp8_forward_case,
+    host_ms_per_step,
+    step_fn,
+)
+
+allow_recompiles()
 
 RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
-# A recipe name with this suffix builds its Linear with compile_as="custom_ops": the step as
-# the two custom ops, beside the default (inline where the recipe has an inline step).
-CUSTOM_OPS = "+custom_ops"
 DEFAULT_VARIANTS = ("bf16", "torchao_float8_tensorwise", *RECIPES, *(f"{r}{CUSTOM_OPS}" for r in ("fp8_current", "fp8_block")))
-DEFAULT_SIZES = ("8192x4096x4096", "16384x8192x8192")
 
 
 def machine_extras() -> dict[str, Any]:
     """What this suite adds to the machine record: torchao's version, when it is installed."""
-    try:
-        import torchao
-    except ImportError:
-        return {}
-    return {"torchao": torchao.__version__}
-
-
-def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.Module:
-    if variant in ("bf16", "torchao_float8_tensorwise"):
-        layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-        with torch.no_grad():
-            layer.weight.copy_(weight)
-        if variant == "bf16":
-            return layer
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-
-        model = torch.nn.Sequential(layer)
-        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"))
-        return model
-    from tetrt_support.quant.linear import Linear
-
-    recipe, custom_ops = variant.removesuffix(CUSTOM_OPS), variant.endswith(CUSTOM_OPS)
-    layer = Linear(k, n, bias=False, recipe=recipe, device="cuda", dtype=torch.bfloat16,
-                   compile_as="custom_ops" if custom_ops else "auto")
-    with torch.no_grad():
-        layer.weight.copy_(weight)
-    return layer
-
-
-# Not a torch.compile mode: the compiled (default-mode) step captured whole -- forward and
-# backward -- into one CUDA graph and replayed, as PyTorch's whole-network capture recipe
-# does. One replay is one launch, so the ratios are the GPU's work without the host's.
-WHOLE_STEP_GRAPH = "cuda-graph-step"
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", WHOLE_STEP_GRAPH)
-
-
-def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "default") -> Callable[[], None]:
-    if mode not in MODES:
-        raise ValueError(f"train_step: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
-    x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
-    dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16, generator=g)
-    layer = make_layer(variant, k, n, weight)
-    compile_mode = None if mode in ("default", WHOLE_STEP_GRAPH) else mode
-    compiled = torch.compile(layer, fullgraph=True, mode=compile_mode)
-    params = list(layer.parameters())
-
-    def step() -> None:
-        for p in params:
-            p.grad = None
-        x.grad = None
-        compiled(x).backward(dy)
-
-    return whole_step_graph(step) if mode == WHOLE_STEP_GRAPH else step
-
-
-@dataclass
-class GraphReplay:
-    """A step recorded into one CUDA graph; calling it replays the graph.
-
-    It holds the step (and so every tensor the step's closure reads) and what the capture
-    returned, because the graph reads and writes those addresses on every replay and
-    ``graph.replay`` alone keeps neither alive. Memory freed under a graph goes to other
-    tensors (the replay then silently reads their values) or, at the next capture's
-    ``empty_cache``, back to the driver (the replay then fails with an illegal memory access)."""
-
-    graph: torch.cuda.CUDAGraph
-    step: Callable[[], Any]
-    outputs: Any
-
-    def __call__(self) -> None:
-        self.graph.replay()
-
-
-def whole_step_graph(step: Callable[[], Any], warmup: int = 3) -> GraphReplay:
-    """``step`` recorded into one ``torch.cuda.CUDAGraph``, as a :class:`GraphReplay`.
-
-    Warm-up runs on a side stream first (compilation, autotuning, the allocator's pools),
-    as ``torch.cuda.graph`` requires. What the capture allocates (the gradients, the step's
-    return value) lives in the graph's pool and every replay overwrites it in place. A step
-    that synchronises with the host, or copies from it, fails here with CUDA's capture error."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = step()
-    return GraphReplay(graph, step, outputs)
-
-
-def host_ms_per_step(step: Callable[[], None], steps: int = 20) -> float:
-    """Host time of ``steps`` steps issued back to back (the device queue absorbs them)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    host = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return host / steps * 1e3
+    return record.torchao_version()
 
 
 def bench_size(size: str, variants: list[str], rounds: int, mode: str = "default") -> dict[str, Any]:
@@ -204,7 +107,6 @@ def bench_size(size: str, variants: list[str], rounds: int, mode: str = "default
 
 def bench_forward(size: int, rounds: int) -> dict[str, Any]:
     """FP8 current-scaling forward (quantize x and W, GEMM) against raw ``torch._scaled_mm``."""
-    from benchmarks.linear import fp8_forward_case
     from tetrt_support.report.timing import time_round_robin
 
     m = n = k = size
@@ -293,7 +195,6 @@ def profile(variant: str, size: str, directory: pathlib.Path) -> dict[str, Any]:
             "kernels": kernels[:25], "host_ms_per_step": host_ms_per_step(step)}
 
 
-QUICK_SIZES = ("2048x1024x1024",)
 STEP = "y = layer(x); y.backward(dy); torch.compile(layer, fullgraph=True), inductor"
 
 
@@ -412,12 +313,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m benchmarks.train_step ARGS`` = ``python -m benchmarks.perf --device cuda --suites train_step ARGS``."""
+if __name__ == "__main__":  # python -m benchmarks.train_step ARGS: the entry point, this suite
     from benchmarks import perf
 
-    perf.main(["--device", "cuda", "--suites", "train_step", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    main()
+    perf.suite_main("train_step")

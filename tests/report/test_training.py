@@ -188,12 +188,12 @@ def test_the_loss_study_runs_from_the_entry_point(tmp_path: pathlib.Path) -> Non
 def test_the_train_step_script_is_the_entry_point(capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    from benchmarks import train_step
+    from benchmarks import perf
 
     if torch.cuda.is_available():
         pytest.skip("checks the refusal on a machine without CUDA")
     with pytest.raises(SystemExit):
-        train_step.main(["--sizes", SMALL])
+        perf.suite_main("train_step", ["--sizes", SMALL])
     assert "--device cuda: no CUDA device here" in capsys.readouterr().err
 
 
