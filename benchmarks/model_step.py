@@ -49,7 +49,7 @@ import torch
 import torch._dynamo
 
 from benchmarks import record
-from benchmarks.steps import WHOLE_STEP_GRAPH, allow_recompiles, host_ms_per_step, whole_step_graph
+from benchmarks.steps import CUSTOM_OPS, WHOLE_STEP_GRAPH, allow_recompiles, host_ms_per_step, whole_step_graph
 from tetrt_support.zoo.decoder import Decoder, DecoderConfig, decoder_config
 
 allow_recompiles()
@@ -57,9 +57,8 @@ allow_recompiles()
 RECIPES = ("fp8_current", "fp8_block", "mxfp8", "nvfp4")
 TORCHAO = "torchao_float8_tensorwise"
 INLINE = "fp8_current_inline"  # fp8_current with compile_as="inline" named explicitly (the default where verified)
-# A recipe with an inline step through its two custom ops (compile_as="custom_ops"): the
-# step as it ran before the inline step, beside the default
-CUSTOM_OPS = "_custom_ops"
+# A recipe with an inline step through its two custom ops (compile_as="custom_ops", the
+# suffix CUSTOM_OPS): the step as it ran before the inline step, beside the default
 CUSTOM_OPS_VARIANTS = tuple(f"{r}{CUSTOM_OPS}" for r in ("fp8_current", "fp8_block"))
 TE_RECIPES = {"te_fp8_current": "Float8CurrentScaling", "te_fp8_delayed": "DelayedScaling",
               "te_fp8_block": "Float8BlockScaling"}
