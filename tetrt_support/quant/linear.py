@@ -31,6 +31,21 @@ column-wise copy a later call needs (cached without gradients, then used in trai
 is a cache miss, as TE's ``quantize_weight`` treats a missing workspace or one without
 the needed usage: the weight is quantized afresh and that copy becomes the cache.
 
+Across ranks: ``amax_reduction_group`` (a ProcessGroup or its name; TE's quantizer
+attribute of that name, which TE's Linear fills from its ``tp_group`` for FP8 current
+scaling under sequence parallelism) all-reduces (MAX) the input's and the output
+gradient's amaxes over that group on every call, so each rank's rows are quantized as one
+process would quantize the whole batch. The group stays on the Linear, never in its value
+quantizers: the reduction is a functional collective (``funcol.all_reduce``) run outside
+the custom ops, whose reduced amax they take as an input, so under torch.compile it is a
+node of the forward and the backward graph; ``compile_as="auto"`` takes the inline step
+with the same collectives. The weight's amax is its own (under FSDP2 the whole weight is
+on every rank). FP8 current scaling only; other recipes refuse a group (ValueError). A
+Linear whose weight is a DTensor (``parallelize_module`` with
+:func:`~tetrt_support.quant.tensor_parallel.colwise_parallel` /
+:func:`~tetrt_support.quant.tensor_parallel.rowwise_parallel`) runs on its local shards,
+reducing over the mesh's group (:mod:`tetrt_support.quant.tensor_parallel`).
+
 The quantizers may be replaced (``layer.weight_quantizer = Float8CurrentScalingQuantizer(
 torch.float8_e5m2)``): the layer then takes the custom ops typed for the new classes,
 rebuilds its templates of the quantized weight, and drops the cached weight, which the old
@@ -40,17 +55,15 @@ quantizer made (reusing it would compute with the old format, or fail on its buf
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from typing import Any
-
 from tetrt_support.quant import inline_linear, numerics, tensor_parallel
-from tetrt_support.quant.base import functional_all_reduce_max, group_name
 from tetrt_support.quant.fake_impls import get_strategy
 from tetrt_support.quant.ops import linear_ops, with_usage
 from tetrt_support.quant.recipes import Recipe, as_recipe
-from tetrt_support.quant.base import QuantizedTensor, Quantizer
+from tetrt_support.quant.base import QuantizedTensor, Quantizer, functional_all_reduce_max, group_name
 
 
 #: the Linear's quantizer attributes; assigning one re-derives what depends on it
@@ -63,6 +76,8 @@ COMPILE_AS = ("auto", "inline", "custom_ops")
 
 class Linear(torch.nn.Module):
     """``y = x @ W.T + b`` with quantized operands, as custom ops traceable by torch.compile."""
+
+    _amax_group_name: str | None = None  # the amax_reduction_group's name (a str pickles)
 
     def __init__(
         self,
@@ -218,12 +233,11 @@ class Linear(torch.nn.Module):
             else:
                 weight_columnwise = self._weight_cache_columnwise  # the layouts the cache holds
                 cache = self._strategy.flat_buffers(self._weight_cache, like=self._weight_templates[weight_columnwise])
-        x2d = x.reshape(-1, x.shape[-1])
         # The input's amax all-reduced here, outside the op: a functional collective, so under
         # torch.compile a node of the graph (the backward formula reduces the gradient's).
-        input_amax = None if amax_group is None else functional_all_reduce_max(numerics.amax(x2d), amax_group)
+        input_amax = None if amax_group is None else functional_all_reduce_max(numerics.amax(x), amax_group)
         out, _, w_flat = self._ops.forward(
-            x2d, weight, bias, cache,
+            x.reshape(-1, x.shape[-1]), weight, bias, cache,
             self.input_quantizer, self.weight_quantizer, self.grad_quantizer, input_columnwise, weight_columnwise,
             list(self.fast_accum), input_amax, amax_group,
         )

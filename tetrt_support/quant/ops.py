@@ -35,6 +35,12 @@ wgrad will need it (TE's ``backward_needs_input``). The backward op is
 told which gradients to compute and which layouts it was given, and refuses, naming the
 layout, to compute a gradient whose operand was not made.
 
+Across ranks, the forward op takes ``input_amax`` (the input's amax, already all-reduced
+over the Linear's group by a functional collective outside the op, so that under
+torch.compile the collective is a graph node) and ``amax_group`` (the group's name, kept
+for the backward formula, which reduces the output gradient's amax the same way and hands
+it to the backward op as ``grad_amax``); None for both without a group.
+
 Op schemas are explicit and name the quantizers' registered opaque types, so one pair
 of ops exists per (input, weight, grad) quantizer classes and fake-impl strategy, made
 on first use by :func:`linear_ops`.
