@@ -48,6 +48,8 @@ def _step(fn, layer: Linear, x: torch.Tensor, grad: torch.Tensor) -> tuple[torch
 
 
 def check_data_parallel_linear(rank: int, world_size: int) -> None:
+    """Each rank's rows through a Linear with the group, eager, on both steps (custom ops and
+    inline), against one process's Linear on the whole batch."""
     x, grad = _batch()
     rows = slice(rank * TOKENS // world_size, (rank + 1) * TOKENS // world_size)
     for compile_as in ("custom_ops", "inline"):
