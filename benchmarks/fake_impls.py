@@ -99,7 +99,8 @@ def _child(strategy: str, backend: str) -> dict[str, Any]:
         weight = layer.weight.detach()
         with FakeTensorMode() as mode:
             fx, fw = mode.from_tensor(x), mode.from_tensor(weight)
-            args = (fx, fw, None, [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer, True, True)
+            args = (fx, fw, None, [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer, True, True,
+                    list(layer.fast_accum), None, None)
             fake_us = _min_us(lambda: layer._ops.forward._abstract_fn(*args))
         # The strategy's run-time work: rebuilding a saved quantized tensor in the backward op.
         impl = get_strategy(strategy)

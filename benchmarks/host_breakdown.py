@@ -77,11 +77,11 @@ def breakdown(t: int = 8192, k: int = 4096, n: int = 4096, recipe: str = "fp8_cu
     ops = layer._ops
     with torch.no_grad():
         out["forward custom op, called directly (training usages)"] = host_us(
-            lambda: ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True, list(layer.fast_accum)))
-    _, x_flat, w_flat = ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True, list(layer.fast_accum))
+            lambda: ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True, list(layer.fast_accum), None, None))
+    _, x_flat, w_flat = ops.forward(x, layer.weight, None, [], qi, qw, qg, True, True, list(layer.fast_accum), None, None)
     out["backward custom op, called directly"] = host_us(lambda: ops.backward(
         dy, list(x_flat), list(w_flat), qi, qw, qg, [t, k], [n, k], torch.bfloat16, False, True, True, True, True,
-        list(layer.fast_accum)))
+        list(layer.fast_accum), None))
     xg = x.clone().requires_grad_(True)
     out["eager Linear forward + backward"] = host_us(lambda: layer(xg).backward(dy), calls=32)
     out[f"compiled step ({recipe})"] = host_us(step_fn(recipe, t, k, n), calls=32)

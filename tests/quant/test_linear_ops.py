@@ -17,7 +17,7 @@ from tetrt_support.report.fake_impl_measure import fp32_recipe  # nvfp4: TE's re
 
 def _forward_args(layer: Linear, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> tuple:
     return (x, layer.weight, layer.bias, cache or [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer,
-            True, True, list(layer.fast_accum))  # both layouts: the training usages
+            True, True, list(layer.fast_accum), None, None)  # both layouts: the training usages
 
 
 def _storages(tensors) -> list[int]:
@@ -42,7 +42,7 @@ def test_opcheck(recipe: str, fake_impl: str) -> None:
     backward_args = (
         torch.randn(32, 32), [t.detach() for t in x_flat], [t.detach() for t in w_flat],
         layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer, [32, 64], [32, 64], torch.float32, True,
-        True, True, True, True, list(layer.fast_accum),
+        True, True, True, True, list(layer.fast_accum), None,
     )
     torch.library.opcheck(layer._ops.backward, backward_args, test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 

@@ -116,7 +116,7 @@ def test_no_grad_op_returns_no_saved_input_and_a_row_wise_weight(recipe: str) ->
     q = layer.weight_quantizer
     with torch.no_grad():
         _, x_flat, w_flat = layer._ops.forward(x, layer.weight, layer.bias, [], layer.input_quantizer, q,
-                                               layer.grad_quantizer, False, False, [False] * 3)
+                                               layer.grad_quantizer, False, False, [False] * 3, None, None)
     rowwise_only = with_usage(q, columnwise=False).describe_buffers(layer.weight.shape)
     assert x_flat == []
     assert [(tuple(t.shape), t.dtype) for t in w_flat] == [(tuple(s), d) for s, d in rowwise_only.values()]
@@ -189,14 +189,15 @@ def test_fake_impls_match_the_real_ops_for_every_usage(recipe: str, fake_impl: s
     input_columnwise, weight_columnwise = columnwise
     x = torch.randn(TOKENS, IN, requires_grad=weight_columnwise)
     quantizers = (layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer)
-    args = (x, layer.weight, layer.bias, [], *quantizers, *columnwise, [False] * 3)
+    args = (x, layer.weight, layer.bias, [], *quantizers, *columnwise, [False] * 3, None, None)
     torch.library.opcheck(layer._ops.forward, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
     _, x_flat, w_flat = layer._ops.forward(*args)
-    cached = (x.detach(), layer.weight, layer.bias, [t.detach() for t in w_flat], *quantizers, *columnwise, [False] * 3)
+    cached = (x.detach(), layer.weight, layer.bias, [t.detach() for t in w_flat], *quantizers, *columnwise, [False] * 3,
+              None, None)
     torch.library.opcheck(layer._ops.forward, cached, test_utils=("test_faketensor",))
     backward_args = (
         torch.randn(TOKENS, OUT), [t.detach() for t in x_flat], [t.detach() for t in w_flat], *quantizers,
-        [TOKENS, IN], [OUT, IN], torch.float32, True, weight_columnwise, input_columnwise, *columnwise, [False] * 3,
+        [TOKENS, IN], [OUT, IN], torch.float32, True, weight_columnwise, input_columnwise, *columnwise, [False] * 3, None,
     )
     torch.library.opcheck(layer._ops.backward, backward_args, test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 
@@ -207,10 +208,10 @@ def test_backward_refuses_a_gradient_whose_operand_was_not_made(fake_impl: str) 
     layer = _layer("mxfp8", fake_impl)
     x, grad = _inputs()
     args = (layer.weight, layer.bias, [], layer.input_quantizer, layer.weight_quantizer, layer.grad_quantizer)
-    out, _, _ = layer._ops.forward(x.clone().requires_grad_(True), *args, True, False, [False] * 3)
+    out, _, _ = layer._ops.forward(x.clone().requires_grad_(True), *args, True, False, [False] * 3, None, None)
     with pytest.raises(RuntimeError, match=r"dgrad GEMM\) reads the weight's column-wise copy, but the forward did not make it"):
         out.backward(grad)
-    out, _, _ = layer._ops.forward(x, *args, False, True, [False] * 3)
+    out, _, _ = layer._ops.forward(x, *args, False, True, [False] * 3, None, None)
     with pytest.raises(RuntimeError, match=r"wgrad GEMM\) reads the input's column-wise copy, but the forward did not make it"):
         out.backward(grad)
 

@@ -116,6 +116,31 @@ def all_reduce_max(amax: torch.Tensor, group: Any) -> torch.Tensor:
     return reduced
 
 
+def group_name(group: Any) -> str:
+    """The registered name of ``group`` (a ProcessGroup or its name): what functional
+    collectives and custom-op schemas (``str``) take in its place."""
+    if isinstance(group, str):
+        return group
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("amax_reduction_group was given but torch.distributed is not initialized")
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"amax_reduction_group must be a torch.distributed.ProcessGroup or its name, "
+                        f"got {type(group).__name__}")
+    return group.group_name
+
+
+def functional_all_reduce_max(amax: torch.Tensor, group_name: str) -> torch.Tensor:
+    """``amax`` all-reduced (MAX) over the group named ``group_name`` with a functional
+    collective: under torch.compile the all-reduce and its wait are nodes of the graph
+    (``_c10d_functional.all_reduce`` / ``wait_tensor``), in eager it runs at once."""
+    import torch.distributed._functional_collectives as funcol
+
+    reduced = funcol.all_reduce(amax, "max", group_name)  # traced: already waited on in the graph
+    return reduced.wait() if isinstance(reduced, funcol.AsyncCollectiveTensor) else reduced
+
+
 def as_dims(shape: Iterable[Any]) -> tuple[Any, ...]:
     """``shape`` as a tuple of ints, keeping a symbolic size (a fake impl's dynamic dimension
     under torch.compile) symbolic: ``int()`` on a SymInt specialises it, a guard on that one

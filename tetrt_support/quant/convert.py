@@ -166,7 +166,8 @@ def convert_to_quantized_training(
     The new layer takes over the old one's ``weight`` and ``bias`` Parameter objects (data,
     dtype, device, ``requires_grad``; an optimizer built before still updates them) and
     its train/eval mode. ``linear_kwargs`` go to every new Linear (``fake_impl``,
-    ``compile_as``, ...); its shape, bias, device and dtype come from the layer it replaces.
+    ``compile_as``, ``amax_reduction_group`` for training across ranks, ...); its shape,
+    bias, device and dtype come from the layer it replaces.
 
     Layers the recipe cannot quantize (:func:`unsupported_reason`): ``on_unsupported="raise"``
     raises a ValueError naming each (its name, shape, dtype and the reason) before any

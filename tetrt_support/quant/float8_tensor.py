@@ -129,9 +129,21 @@ class Float8CurrentScalingQuantizer(_PerTensorFloat8):
         )
         return amax, scale
 
-    def _quantize_2d(self, x2d: torch.Tensor, *, amax_reduction_group: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(data (M, K), scale_inv (1,))."""
+    def _quantize_2d(self, x2d: torch.Tensor, *, amax_reduction_group: Any = None,
+                     tensor_amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(data (M, K), scale_inv (1,)). ``tensor_amax``: an amax the caller already reduced
+        over its group (the quantized Linear's functional all-reduce), used instead of this
+        tensor's own; not with ``amax_reduction_group`` (that would reduce twice)."""
         group = amax_reduction_group if amax_reduction_group is not None else vars(self).get("amax_reduction_group")
+        if tensor_amax is not None:
+            if group is not None:
+                raise ValueError(f"{type(self).__name__}.quantize: give tensor_amax (already reduced) or "
+                                 "amax_reduction_group, not both")
+            data, scale_inv, _ = numerics.float8_current_scaling_quantize(
+                x2d, self.fp8_dtype, force_pow_2_scales=self.force_pow_2_scales,
+                amax_epsilon=self.amax_epsilon, tensor_amax=tensor_amax,
+            )
+            return data, scale_inv
         if group is None and fused.should_fuse(x2d):
             data, scale_inv = fused.compiled_current_scaling()(x2d, self.fp8_dtype, self.force_pow_2_scales, self.amax_epsilon)
         else:

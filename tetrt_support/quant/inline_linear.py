@@ -26,6 +26,7 @@ import warnings
 import torch
 
 from tetrt_support.quant import numerics
+from tetrt_support.quant.base import functional_all_reduce_max
 
 #: per recipe family, the device types where the inline step's whole-model gradients are
 #: checked against the custom ops (``scripts/gpu_check.py --only inline_decoder,inline_cases``)
@@ -124,10 +125,16 @@ def unfit(plan: Plan, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return f"the blockwise GEMM on CUDA needs multiples of {BLOCK}: {', '.join(odd)}" if odd else None
 
 
-def _quantize(x2d: torch.Tensor, dtype: torch.dtype, pow_2: bool, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(data, scale_inv ())``: the reference current-scaling quantization, traced."""
+def _quantize(x2d: torch.Tensor, dtype: torch.dtype, pow_2: bool, epsilon: float,
+              group_name: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(data, scale_inv ())``: the reference current-scaling quantization, traced; with
+    ``group_name``, the amax all-reduced (MAX) over that group first (a functional
+    collective, so a node of the compiled graph)."""
+    tensor_amax = None
+    if group_name is not None:
+        tensor_amax = functional_all_reduce_max(numerics.amax(x2d), group_name)
     data, scale_inv, _ = numerics.float8_current_scaling_quantize(
-        x2d, dtype, force_pow_2_scales=pow_2, amax_epsilon=epsilon
+        x2d, dtype, force_pow_2_scales=pow_2, amax_epsilon=epsilon, tensor_amax=tensor_amax
     )
     return data, scale_inv.reshape(())
 
@@ -155,8 +162,10 @@ class _Float8Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 dtypes: tuple, pow_2: tuple, epsilon: tuple, fast_accum: tuple,
-                input_columnwise: bool, weight_columnwise: bool) -> torch.Tensor:
-        x_data, x_scale = _quantize(x2d, dtypes[0], pow_2[0], epsilon[0])
+                input_columnwise: bool, weight_columnwise: bool, group_name: str | None) -> torch.Tensor:
+        # The input's and the output gradient's amaxes reduce over the group, as TE's
+        # amax_reduction_group; the weight's is its own (TE's too).
+        x_data, x_scale = _quantize(x2d, dtypes[0], pow_2[0], epsilon[0], group_name)
         w_data, w_scale = _quantize(weight, dtypes[1], pow_2[1], epsilon[1])
         out_dtype = x2d.dtype if bias is None else torch.float32
         out = _gemm(x_data, x_scale, w_data, w_scale, out_dtype, fast_accum[0])
@@ -168,6 +177,7 @@ class _Float8Linear(torch.autograd.Function):
         w_t = w_data.t().contiguous() if weight_columnwise else None
         ctx.save_for_backward(x_t, x_scale, w_t, w_scale)
         ctx.settings = (dtypes[2], pow_2[2], epsilon[2], fast_accum[1], fast_accum[2])
+        ctx.group_name = group_name
         ctx.has_bias = bias is not None
         ctx.dtype = x2d.dtype
         # No `.to` when the GEMM already wrote x's dtype: torch 2.11's Dynamo took the no-op
@@ -187,21 +197,22 @@ class _Float8Linear(torch.autograd.Function):
         # whose value inside a compiled graph is the tracer's to decide.
         compute_dgrad, compute_wgrad = w_t is not None, x_t is not None
         g = grad_output.contiguous()
-        g_data, g_scale = _quantize(g, grad_dtype, pow_2, epsilon)
+        g_data, g_scale = _quantize(g, grad_dtype, pow_2, epsilon, ctx.group_name)
         dgrad = wgrad = None
         if compute_dgrad:  # row-wise grad x column-wise weight
             dgrad = _gemm(g_data, g_scale, w_t, w_scale, ctx.dtype, dgrad_fast).to(ctx.dtype)
         if compute_wgrad:  # column-wise grad x column-wise input
             wgrad = _gemm(g_data.t().contiguous(), g_scale, x_t, x_scale, ctx.dtype, wgrad_fast).to(ctx.dtype)
         dbias = grad_output.sum(0).to(ctx.dtype) if ctx.has_bias else None
-        return dgrad, wgrad, dbias, None, None, None, None, None, None
+        return dgrad, wgrad, dbias, None, None, None, None, None, None, None
 
 
 def float8_linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: Float8Gemms,
-                  *, input_columnwise: bool, weight_columnwise: bool) -> torch.Tensor:
-    """The inline step of a per-tensor FP8 Linear on a 2-D input (autograd-aware)."""
+                  *, input_columnwise: bool, weight_columnwise: bool, group_name: str | None = None) -> torch.Tensor:
+    """The inline step of a per-tensor FP8 Linear on a 2-D input (autograd-aware); the input's
+    and the gradient's amaxes all-reduced over the group named ``group_name`` if given."""
     return _Float8Linear.apply(x2d, weight, bias, plan.dtypes, plan.pow_2, plan.epsilon, plan.fast_accum,
-                               input_columnwise, weight_columnwise)
+                               input_columnwise, weight_columnwise, group_name)
 
 
 # ----------------------------------------------------------------- FP8 block scaling
@@ -276,11 +287,14 @@ class _BlockLinear(torch.autograd.Function):
 
 
 def linear(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: Plan,
-           *, input_columnwise: bool, weight_columnwise: bool) -> torch.Tensor:
+           *, input_columnwise: bool, weight_columnwise: bool, group_name: str | None = None) -> torch.Tensor:
     """The inline step of a quantized Linear on a 2-D input (autograd-aware); ``plan`` from
-    :func:`plan_for`, and :func:`unfit` None for these tensors."""
+    :func:`plan_for`, and :func:`unfit` None for these tensors. ``group_name``: FP8 current
+    scaling's amax reduction group (the block formats take none)."""
     if isinstance(plan, Float8Gemms):
         return float8_linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
-                             weight_columnwise=weight_columnwise)
+                             weight_columnwise=weight_columnwise, group_name=group_name)
+    if group_name is not None:
+        raise ValueError("inline quantized Linear: FP8 block scaling takes no amax reduction group")
     return _BlockLinear.apply(x2d, weight, bias, plan.dtypes, plan.block_dims, plan.pow_2, plan.epsilon,
                               input_columnwise, weight_columnwise)

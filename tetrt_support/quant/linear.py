@@ -31,6 +31,21 @@ column-wise copy a later call needs (cached without gradients, then used in trai
 is a cache miss, as TE's ``quantize_weight`` treats a missing workspace or one without
 the needed usage: the weight is quantized afresh and that copy becomes the cache.
 
+Across ranks: ``amax_reduction_group`` (a ProcessGroup or its name; TE's quantizer
+attribute of that name, which TE's Linear fills from its ``tp_group`` for FP8 current
+scaling under sequence parallelism) all-reduces (MAX) the input's and the output
+gradient's amaxes over that group on every call, so each rank's rows are quantized as one
+process would quantize the whole batch. The group stays on the Linear, never in its value
+quantizers: the reduction is a functional collective (``funcol.all_reduce``) run outside
+the custom ops, whose reduced amax they take as an input, so under torch.compile it is a
+node of the forward and the backward graph; ``compile_as="auto"`` takes the inline step
+with the same collectives. The weight's amax is its own (under FSDP2 the whole weight is
+on every rank). FP8 current scaling only; other recipes refuse a group (ValueError). A
+Linear whose weight is a DTensor (``parallelize_module`` with
+:func:`~tetrt_support.quant.tensor_parallel.colwise_parallel` /
+:func:`~tetrt_support.quant.tensor_parallel.rowwise_parallel`) runs on its local shards,
+reducing over the mesh's group (:mod:`tetrt_support.quant.tensor_parallel`).
+
 The quantizers may be replaced (``layer.weight_quantizer = Float8CurrentScalingQuantizer(
 torch.float8_e5m2)``): the layer then takes the custom ops typed for the new classes,
 rebuilds its templates of the quantized weight, and drops the cached weight, which the old
@@ -40,14 +55,15 @@ quantizer made (reusing it would compute with the old format, or fail on its buf
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from tetrt_support.quant import inline_linear
+from tetrt_support.quant import inline_linear, numerics, tensor_parallel
 from tetrt_support.quant.fake_impls import get_strategy
 from tetrt_support.quant.ops import linear_ops, with_usage
 from tetrt_support.quant.recipes import Recipe, as_recipe
-from tetrt_support.quant.base import QuantizedTensor, Quantizer
+from tetrt_support.quant.base import QuantizedTensor, Quantizer, functional_all_reduce_max, group_name
 
 
 #: the Linear's quantizer attributes; assigning one re-derives what depends on it
@@ -61,6 +77,8 @@ COMPILE_AS = ("auto", "inline", "custom_ops")
 class Linear(torch.nn.Module):
     """``y = x @ W.T + b`` with quantized operands, as custom ops traceable by torch.compile."""
 
+    _amax_group_name: str | None = None  # the amax_reduction_group's name (a str pickles)
+
     def __init__(
         self,
         in_features: int,
@@ -72,8 +90,10 @@ class Linear(torch.nn.Module):
         compile_as: str = "auto",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        amax_reduction_group: Any = None,
     ) -> None:
         super().__init__()
+        self._amax_group_name = None if amax_reduction_group is None else group_name(amax_reduction_group)
         recipe = as_recipe(recipe)
         quantizers = recipe.quantizers()  # raise on a bad name before allocating
         if compile_as not in COMPILE_AS:
@@ -131,6 +151,8 @@ class Linear(torch.nn.Module):
                 f"these quantizers are {', '.join(type(q).__name__ for q in quantizers)}: use compile_as='auto' or "
                 "'custom_ops'"
             )
+        if self._amax_group_name is not None:
+            _check_reducible(quantizers)
         if self.recipe is not None and quantizers != self.recipe.quantizers():
             self.recipe = None  # the layer no longer follows the recipe it was built with
         self._weight_templates = self._make_weight_templates()
@@ -167,11 +189,30 @@ class Linear(torch.nn.Module):
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             torch.nn.init.uniform_(self.bias, -bound, bound)
 
+    @property
+    def amax_reduction_group(self) -> Any:
+        """The process group the input's and the output gradient's amaxes all-reduce (MAX)
+        over on every call, or None (each rank its own amax)."""
+        if self._amax_group_name is None:
+            return None
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        return _resolve_process_group(self._amax_group_name)
+
     def forward(self, x: torch.Tensor, *, is_first_microbatch: bool | None = None) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear: input's last dimension is {x.shape[-1]}, expected in_features={self.in_features}")
+        if tensor_parallel.is_dtensor(self.weight):
+            return tensor_parallel.dtensor_forward(self, x, is_first_microbatch=is_first_microbatch)
+        return self._step(x, self.weight, self.bias, self._amax_group_name, is_first_microbatch=is_first_microbatch)
+
+    def _step(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, amax_group: str | None,
+              *, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        """The quantized step on plain tensors (a DTensor layer's local shards), the input's
+        and the gradient's amaxes reduced over the group named ``amax_group`` if not None."""
+        out_features = weight.shape[0]
         grad_enabled = torch.is_grad_enabled()
-        input_columnwise = grad_enabled and self.weight.requires_grad  # TE: backward_needs_input
+        input_columnwise = grad_enabled and weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
         if self._inline and is_first_microbatch is None and (
             self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling())
@@ -180,8 +221,8 @@ class Linear(torch.nn.Module):
             # quantizer changed in place recompiles (a plan built at assignment would go stale).
             plan = inline_linear.plan_for((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
                                           self.fast_accum)
-            x2d = x.reshape(-1, self.in_features)
-            unfit = inline_linear.unfit(plan, x2d, self.weight, self.bias)
+            x2d = x.reshape(-1, x.shape[-1])
+            unfit = inline_linear.unfit(plan, x2d, weight, bias)
             if unfit is not None and self.compile_as == "inline":
                 raise ValueError(f"Linear(compile_as='inline'): {unfit}; compile_as='auto' takes the custom ops here")
             verified = inline_linear.verified_on(x.device, inline_linear.family(plan))
@@ -189,9 +230,9 @@ class Linear(torch.nn.Module):
                 if not verified and not torch.compiler.is_compiling():
                     # eager calls only: a warning inside the trace would break the graph at every Linear
                     inline_linear.warn_unverified(x.device, inline_linear.family(plan))
-                out = inline_linear.linear(x2d, self.weight, self.bias, plan, input_columnwise=input_columnwise,
-                                           weight_columnwise=weight_columnwise)
-                return out.reshape(*x.shape[:-1], self.out_features)
+                out = inline_linear.linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
+                                           weight_columnwise=weight_columnwise, group_name=amax_group)
+                return out.reshape(*x.shape[:-1], out_features)
         cache: list[torch.Tensor] = []
         if is_first_microbatch is False:
             if self._weight_cache is None or (weight_columnwise and not self._weight_cache_columnwise):
@@ -199,18 +240,36 @@ class Linear(torch.nn.Module):
             else:
                 weight_columnwise = self._weight_cache_columnwise  # the layouts the cache holds
                 cache = self._strategy.flat_buffers(self._weight_cache, like=self._weight_templates[weight_columnwise])
+        # The input's amax all-reduced here, outside the op: a functional collective, so under
+        # torch.compile a node of the graph (the backward formula reduces the gradient's).
+        input_amax = None if amax_group is None else functional_all_reduce_max(numerics.amax(x), amax_group)
         out, _, w_flat = self._ops.forward(
-            x.reshape(-1, self.in_features), self.weight, self.bias, cache,
+            x.reshape(-1, x.shape[-1]), weight, bias, cache,
             self.input_quantizer, self.weight_quantizer, self.grad_quantizer, input_columnwise, weight_columnwise,
-            list(self.fast_accum),
+            list(self.fast_accum), input_amax, amax_group,
         )
         if is_first_microbatch:
             self._weight_cache = self._strategy.reassemble(self._weight_templates[weight_columnwise], w_flat)
             self._weight_cache_columnwise = weight_columnwise
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return out.reshape(*x.shape[:-1], out_features)
 
     def extra_repr(self) -> str:
         made_by = (f"recipe={str(self.recipe)!r}" if self.recipe is not None else
                    "recipe=None, " + ", ".join(f"{f}={getattr(self, f)!r}" for f in _QUANTIZER_FIELDS))
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"{made_by}, fake_impl={self.fake_impl!r}, compile_as={self.compile_as!r}")
+                f"{made_by}, fake_impl={self.fake_impl!r}, compile_as={self.compile_as!r}"
+                + (f", amax_reduction_group={self._amax_group_name!r}" if self._amax_group_name is not None else ""))
+
+
+def _check_reducible(quantizers: tuple[Quantizer, ...]) -> None:
+    """Raise unless the input and grad quantizers take an all-reduced amax per call (FP8
+    current scaling): the Linear's group is for their amaxes."""
+    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
+
+    for field, q in ((_QUANTIZER_FIELDS[0], quantizers[0]), (_QUANTIZER_FIELDS[2], quantizers[2])):
+        if type(q) is not Float8CurrentScalingQuantizer:
+            raise ValueError(
+                f"Linear(amax_reduction_group=...): the {field} is a {type(q).__name__}; the group's amax reduction "
+                "is implemented for Float8CurrentScalingQuantizer (recipe 'fp8_current') only (delayed scaling "
+                "reduces at update_scale(amax_reduction_group=...); NVFP4's per-tensor amax per call to "
+                "quantize(x, amax_reduction_group=...), not through the Linear)")

@@ -35,6 +35,12 @@ wgrad will need it (TE's ``backward_needs_input``). The backward op is
 told which gradients to compute and which layouts it was given, and refuses, naming the
 layout, to compute a gradient whose operand was not made.
 
+Across ranks, the forward op takes ``input_amax`` (the input's amax, already all-reduced
+over the Linear's group by a functional collective outside the op, so that under
+torch.compile the collective is a graph node) and ``amax_group`` (the group's name, kept
+for the backward formula, which reduces the output gradient's amax the same way and hands
+it to the backward op as ``grad_amax``); None for both without a group.
+
 Op schemas are explicit and name the quantizers' registered opaque types, so one pair
 of ops exists per (input, weight, grad) quantizer classes and fake-impl strategy, made
 on first use by :func:`linear_ops`.
@@ -51,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tetrt_support.quant import numerics
+from tetrt_support.quant.base import functional_all_reduce_max
 from tetrt_support.quant.fake_impls import FakeImplStrategy, get_strategy
 
 if TYPE_CHECKING:
@@ -238,9 +245,9 @@ class LinearOps:
 
 def _forward_impl(strategy: FakeImplStrategy):
     def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
-                input_columnwise, weight_columnwise, fast_accum):
-        del grad_quantizer  # an input only so that setup_context sees it
-        x_q = with_usage(input_quantizer, columnwise=input_columnwise).quantize(x)
+                input_columnwise, weight_columnwise, fast_accum, input_amax, amax_group):
+        del grad_quantizer, amax_group  # inputs only so that setup_context sees them
+        x_q = with_usage(input_quantizer, columnwise=input_columnwise).quantize(x, **_amax_option(input_amax))
         w_quantizer = with_usage(weight_quantizer, columnwise=weight_columnwise)
         if weight_cache:
             w_q = strategy.reassemble(strategy.fake_quantized(w_quantizer, weight.shape, weight.dtype, "meta"), weight_cache)
@@ -261,8 +268,8 @@ def _forward_impl(strategy: FakeImplStrategy):
 
 def _forward_fake(strategy: FakeImplStrategy):
     def forward(x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
-                input_columnwise, weight_columnwise, fast_accum):
-        del bias, grad_quantizer, fast_accum
+                input_columnwise, weight_columnwise, fast_accum, input_amax, amax_group):
+        del bias, grad_quantizer, fast_accum, input_amax, amax_group
         out = x.new_empty((x.shape[0], weight.shape[0]))
         x_flat = []
         if input_columnwise:  # saved for wgrad: both layouts
@@ -275,6 +282,11 @@ def _forward_fake(strategy: FakeImplStrategy):
         return out, x_flat, strategy.flat_fake(w_value)
 
     return forward
+
+
+def _amax_option(amax: torch.Tensor | None) -> dict[str, Any]:
+    """The quantize option for an amax the caller already all-reduced over its group."""
+    return {} if amax is None else {"tensor_amax": amax}
 
 
 def _check_backward_layouts(
@@ -307,9 +319,10 @@ def _grad_quantizer_for(grad_quantizer: Quantizer, compute_wgrad: bool, has_bias
 def _backward_impl(strategy: FakeImplStrategy):
     def backward(grad_output, input_buffers, weight_buffers, input_quantizer, weight_quantizer, grad_quantizer,
                  input_shape, weight_shape, dtype, has_bias, compute_dgrad, compute_wgrad,
-                 input_columnwise, weight_columnwise, fast_accum):
+                 input_columnwise, weight_columnwise, fast_accum, grad_amax):
         _check_backward_layouts(compute_dgrad, compute_wgrad, input_columnwise, weight_columnwise)
-        g_q = _grad_quantizer_for(grad_quantizer, compute_wgrad, has_bias).quantize(grad_output.contiguous())
+        g_q = _grad_quantizer_for(grad_quantizer, compute_wgrad, has_bias).quantize(grad_output.contiguous(),
+                                                                                   **_amax_option(grad_amax))
         # TE's operand layouts: dgrad reads the weight column-wise, wgrad both operands
         # column-wise (quantized along the tokens; where NVFP4's RHT applies).
         dgrad = wgrad = None
@@ -331,8 +344,8 @@ def _backward_impl(strategy: FakeImplStrategy):
 
 def _backward_fake(grad_output, input_buffers, weight_buffers, input_quantizer, weight_quantizer, grad_quantizer,
                    input_shape, weight_shape, dtype, has_bias, compute_dgrad, compute_wgrad,
-                   input_columnwise, weight_columnwise, fast_accum):
-    del fast_accum
+                   input_columnwise, weight_columnwise, fast_accum, grad_amax):
+    del fast_accum, grad_amax
     _check_backward_layouts(compute_dgrad, compute_wgrad, input_columnwise, weight_columnwise)
     dgrad = grad_output.new_empty(tuple(input_shape), dtype=dtype) if compute_dgrad else None
     wgrad = grad_output.new_empty(tuple(weight_shape), dtype=dtype) if compute_wgrad else None
@@ -342,7 +355,8 @@ def _backward_fake(grad_output, input_buffers, weight_buffers, input_quantizer, 
 
 def _setup_context(ctx, inputs, output) -> None:
     (x, weight, bias, weight_cache, input_quantizer, weight_quantizer, grad_quantizer,
-     input_columnwise, weight_columnwise, fast_accum) = inputs
+     input_columnwise, weight_columnwise, fast_accum, input_amax, amax_group) = inputs
+    del input_amax
     _, x_flat, w_flat = output
     # The cached weight came in as an input: save THAT, it was (rightly) not returned.
     w_saved = list(w_flat) if w_flat else list(weight_cache)
@@ -357,6 +371,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.weight_shape = tuple(weight.shape)
     ctx.dtype = x.dtype
     ctx.has_bias = bias is not None
+    ctx.amax_group = amax_group
 
 
 def _autograd_backward(backward_op):
@@ -367,12 +382,17 @@ def _autograd_backward(backward_op):
         # TE's _Linear.backward: dgrad only for an input that requires grad, wgrad only for
         # a weight that does (None is the gradient autograd expects for the others).
         compute_dgrad, compute_wgrad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # The output gradient's amax, all-reduced over the Linear's group here, outside the
+        # op: a functional collective, so under torch.compile a node of the backward graph.
+        grad_amax = None
+        if ctx.amax_group is not None:
+            grad_amax = functional_all_reduce_max(numerics.amax(grad_output), ctx.amax_group)
         dgrad, wgrad, dbias = backward_op(
             grad_output, list(saved[:n]), list(saved[n:]), *ctx.quantizers,
             list(ctx.input_shape), list(ctx.weight_shape), ctx.dtype, ctx.has_bias,
-            compute_dgrad, compute_wgrad, *ctx.columnwise, ctx.fast_accum,
+            compute_dgrad, compute_wgrad, *ctx.columnwise, ctx.fast_accum, grad_amax,
         )
-        return dgrad, wgrad, dbias, [None] * ctx.n_cache, None, None, None, None, None, None
+        return dgrad, wgrad, dbias, [None] * ctx.n_cache, None, None, None, None, None, None, None, None
 
     return backward
 
@@ -392,7 +412,8 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
         mutates_args=(),
         schema=(
             f"(Tensor x, Tensor weight, Tensor? bias, Tensor[] weight_cache, {quantizers}, "
-            "bool input_columnwise, bool weight_columnwise, bool[] fast_accum) -> (Tensor, Tensor[], Tensor[])"
+            "bool input_columnwise, bool weight_columnwise, bool[] fast_accum, Tensor? input_amax, str? amax_group) "
+            "-> (Tensor, Tensor[], Tensor[])"
         ),
     )
     fwd.register_fake(_forward_fake(strategy))
@@ -403,7 +424,7 @@ def linear_ops(input_cls: type, weight_cls: type, grad_cls: type, fake_impl: str
         schema=(
             f"(Tensor grad_output, Tensor[] input_buffers, Tensor[] weight_buffers, {quantizers}, "
             "SymInt[] input_shape, SymInt[] weight_shape, ScalarType dtype, bool has_bias, bool compute_dgrad, "
-            "bool compute_wgrad, bool input_columnwise, bool weight_columnwise, bool[] fast_accum) "
+            "bool compute_wgrad, bool input_columnwise, bool weight_columnwise, bool[] fast_accum, Tensor? grad_amax) "
             "-> (Tensor?, Tensor?, Tensor?)"
         ),
     )

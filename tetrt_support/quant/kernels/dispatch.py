@@ -46,7 +46,7 @@ def fast_buffers(quantizer: Any, x: torch.Tensor, options: dict[str, Any]) -> di
 
 
 def _current_scaling(q: Any, x: torch.Tensor, x2d: torch.Tensor, options: dict[str, Any]) -> dict | None:
-    if options.get("amax_reduction_group") is not None or vars(q).get("amax_reduction_group") is not None:
+    if any(v is not None for v in options.values()) or vars(q).get("amax_reduction_group") is not None:
         return None
     from tetrt_support.quant.kernels.float8 import current_scaling_quantize
 
