@@ -149,11 +149,11 @@ print(fixed.blocks_summary(), "| matches eager:", torch.equal(fixed(*args), Slic
 # %%
 from collections import Counter
 
+from tetrt_support import zoo
 from tetrt_support.complex import lower
-from tetrt_support.zoo import hf
 
-fnet = hf.build_family("fnet")
-fnet_program, fnet_inputs = hf.export_family("fnet", fnet)
+fnet = zoo.build_model("fnet")
+fnet_program, _, fnet_inputs = zoo.export_model("fnet", model=fnet)
 lowered = lower(fnet_program, strategy="rewrite")
 ops = Counter(str(n.target) for n in lowered.graph.nodes if n.op == "call_function")
 print("fft ops left:", sum(v for k, v in ops.items() if "fft" in k))
@@ -267,7 +267,7 @@ for x, counts in [(torch.randn(5, 4), torch.tensor([4, 5])),
 # %%
 from torch._guards import detect_fake_mode
 
-codec_program, _ = hf.export_family("wavtokenizer", dynamic=True)
+codec_program, _, _ = zoo.export_model("wavtokenizer", dynamic=True)
 codec_env = detect_fake_mode([n.meta.get("val") for n in codec_program.graph.nodes]).shape_env
 ranges_before = sorted(str(r) for r in codec_env.var_to_range.values())
 lower(codec_program, strategy="retrace")

@@ -186,3 +186,17 @@ def test_policies_are_the_shipped_pass_list_with_old_passes_swapped_in() -> None
     assert "unpack_every_complex_output" in EVERY_COMPLEX_OUTPUT.pass_names()
     with pytest.raises(ValueError, match=r"no shipped pass named \['lower'\]"):
         substituted({"lower": PASSES[0]})
+
+
+def test_the_pipeline_before_the_guards_is_a_policy_on_the_same_passes() -> None:
+    """The sweep's reproductions re-enact their old pipeline the same way: shipped passes
+    dropped, and the partition and build on the bare engine."""
+    from tetrt_support.zoo.reproductions import BEFORE_THE_GUARDS
+
+    names = BEFORE_THE_GUARDS.pass_names()
+    guards = {"functionalize_view_writes", "keep_reference_blocks", "check_engine_blocks", "check_whole_program"}
+    assert not guards & set(names)
+    assert {"partition_into_blocks_on_the_bare_engine", "build_engine_blocks_on_the_bare_engine"} <= set(names)
+    assert len(names) == len(PASSES) - len(guards)
+    with pytest.raises(ValueError, match=r"no shipped pass named \['functionalize'\]"):
+        substituted({}, drop=("functionalize",))

@@ -72,6 +72,7 @@ __all__ = [
     "OutputModel",
     "compile_as",
     "describe_outcome",
+    "on_the_bare_engine",
     "output_mismatch",
     "rebuild_codegen_from_placeholders",
     "register_case_dataclass",
@@ -203,6 +204,19 @@ def codegen_from_placeholder_names(gm: fx.GraphModule, ctx: CompileContext) -> f
     return gm
 
 
+def on_the_bare_engine(shipped: Pass) -> Pass:
+    """``shipped`` run with the bare engine, as before the configured one: no settings
+    applied, in-place ops taken into engine blocks, a failed build raised."""
+
+    def old(gm: fx.GraphModule, ctx: CompileContext) -> fx.GraphModule:
+        # a copy of ctx whose engine is the bare one; its dicts are ctx's own, so what
+        # the pass records in them stays recorded
+        return shipped(gm, dataclasses.replace(ctx, engine=ctx.engine.inner))
+
+    old.__name__ = f"{shipped.__name__}_on_the_bare_engine"
+    return old
+
+
 # --------------------------------------------------------------------------- policies
 
 _SHIPPED: tuple[tuple[str, Pass], ...] = tuple((p.__name__, p) for p in PASSES)
@@ -214,17 +228,21 @@ _SHIPPED: tuple[tuple[str, Pass], ...] = tuple((p.__name__, p) for p in PASSES)
 _NOT_IN_THE_OLD_PIPELINES = frozenset({"check_whole_program"})
 
 
-def substituted(replace: Mapping[str, Pass], insert_after: Mapping[str, Pass] | None = None) -> tuple[Pass, ...]:
+def substituted(
+    replace: Mapping[str, Pass],
+    insert_after: Mapping[str, Pass] | None = None,
+    drop: Sequence[str] = (),
+) -> tuple[Pass, ...]:
     """The shipped :data:`~tetrt_support.compiler.pipeline.PASSES` with the passes named in
-    ``replace`` swapped, the passes of ``insert_after`` put after the one they name, and
-    the whole-program check left out."""
+    ``replace`` swapped, the passes of ``insert_after`` put after the one they name, those
+    named in ``drop`` left out, and the whole-program check left out."""
     names = {name for name, _ in _SHIPPED}
-    unknown = (set(replace) | set(insert_after or {}) | _NOT_IN_THE_OLD_PIPELINES) - names
+    unknown = (set(replace) | set(insert_after or {}) | set(drop) | _NOT_IN_THE_OLD_PIPELINES) - names
     if unknown:
         raise ValueError(f"no shipped pass named {sorted(unknown)}; the passes are {[n for n, _ in _SHIPPED]}")
     passes: list[Pass] = []
     for name, shipped in _SHIPPED:
-        if name in _NOT_IN_THE_OLD_PIPELINES:
+        if name in _NOT_IN_THE_OLD_PIPELINES or name in drop:
             continue
         passes.append(replace.get(name, shipped))
         if insert_after and name in insert_after:

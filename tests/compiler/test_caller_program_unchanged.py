@@ -80,17 +80,17 @@ def test_retrace_lowering_leaves_the_shape_env_of_a_dynamic_codec_alone() -> Non
     """Retracing WavTokenizer's decoder runs CPU convolution meta kernels, whose backend
     choice guards ``batch < 16``; on the caller's ShapeEnv that narrowed batch to [2, 15].
     The passes work on a private copy, so the program is unchanged and batch 16 still runs."""
-    from tetrt_support.zoo import hf
+    from tetrt_support import zoo
 
-    model = hf.build_family("wavtokenizer")
-    program, _ = hf.export_family("wavtokenizer", model, dynamic=True)
+    model = zoo.build_model("wavtokenizer")
+    program, _, _ = zoo.export_model("wavtokenizer", model=model, dynamic=True)
     before = _snapshot(program)
     lower(program, strategy="retrace")
     _assert_same(before, _snapshot(program))
     compiled = tetrt_support.compile(program, backend="onnxruntime", strategy="retrace")
     _assert_same(before, _snapshot(program))
     assert compiled.blocks_summary().startswith("1 engine block")
-    inputs = hf.family_inputs("wavtokenizer", model, batch=16, seed=1)  # the bound the guard excluded
+    inputs = zoo.example_inputs("wavtokenizer", model, batch=16, seed=1)[1]  # the bound the guard excluded
     with torch.no_grad():
         want = model(**inputs)
     torch.testing.assert_close(compiled(**inputs).audio_values, want.audio_values, rtol=1e-4, atol=1e-5)

@@ -13,6 +13,7 @@ import torch
 from torch.export import Dim
 
 import tetrt_support
+from tetrt_support import zoo
 from tetrt_support.zoo import hf
 from tetrt_support.zoo.sweep import max_relative_error
 
@@ -26,10 +27,10 @@ class Codec:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.model = hf.build_family(name)
-        self.inputs = hf.family_inputs(name, self.model)
-        family = hf.HF_FAMILIES[name]
-        shapes = family.dynamic(Dim("batch", min=1, max=16), Dim("seq", min=2, max=family.max_seq))
+        self.model = zoo.build_model(name)
+        self.inputs = zoo.example_inputs(name, self.model)[1]
+        family = zoo.ZOO[name]
+        shapes = family.dynamic_shapes(Dim("batch", min=1, max=16), Dim("seq", min=2, max=family.max_seq))
         # grad mode on, as a user exports: the weight norms are computed with autograd
         self.programs = {
             False: torch.export.export(self.model, (), self.inputs, strict=False),
@@ -37,9 +38,9 @@ class Codec:
                 self.model, (), self.inputs, dynamic_shapes=shapes, strict=False
             ),
         }
-        length_is_dynamic = "seq" in str(family.dynamic("batch", "seq"))
+        length_is_dynamic = "seq" in str(family.dynamic_shapes("batch", "seq"))
         seq = family.seq + 3 if length_is_dynamic else family.seq
-        self.other = hf.family_inputs(name, self.model, batch=3, seq=seq, seed=1)
+        self.other = zoo.example_inputs(name, self.model, batch=3, seq=seq, seed=1)[1]
 
 
 @pytest.fixture(scope="module", params=CODECS)
@@ -55,10 +56,10 @@ def _same_outputs(expected: Any, actual: Any) -> None:
 
 def test_the_codec_recipes_are_the_whole_models_with_the_hop_the_dynamic_dims_use() -> None:
     for name in CODECS:
-        model = hf.build_family(name)
+        model = zoo.build_model(name)
         assert type(model).__name__ in ("Xcodec2Model", "NeuCodecModel") and not model.training
         assert model.hop_length == hf.CODEC_HOP
-        inputs = hf.family_inputs(name, model)
+        inputs = zoo.example_inputs(name, model)[1]
         assert set(inputs) == {"input_values", "input_features"}
         assert inputs["input_values"].shape[-1] == hf.CODEC_HOP * inputs["input_features"].shape[1]
 
@@ -86,8 +87,8 @@ def test_neucodec_with_a_dynamic_length_is_refused_by_torch_export_itself() -> N
     """Upstream: NeuCodec's forward truncates its output to ``int(length * 1.5)`` (output over
     input sampling rate), a float of the length that export specialises: only the batch is
     dynamic in the zoo."""
-    model = hf.build_family("neucodec_model")
-    inputs = hf.family_inputs("neucodec_model", model)
+    model = zoo.build_model("neucodec_model")
+    inputs = zoo.example_inputs("neucodec_model", model)[1]
     t = Dim("t", min=2, max=32)
     shapes = {"input_values": {2: hf.CODEC_HOP * t}, "input_features": {1: t}}
     with pytest.raises(Exception, match=r"Constraints violated \(t\)") as raised:
@@ -104,7 +105,7 @@ def test_wavtokenizer_whole_forward_does_not_export_upstream() -> None:
     ``wavtokenizer_model`` to the zoo then."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    codec = hf.build_family("wavtokenizer").codec
+    codec = zoo.build_model("wavtokenizer").codec
     conv = next(m for m in codec.modules() if type(m).__name__ == "WavTokenizerConv1d")
     x = torch.randn(2, conv.conv.in_channels, 16)
     match = r"data-dependent expression Eq\(u\d+, 1\)"

@@ -10,25 +10,25 @@ import torch
 from torch.utils import _pytree as pytree
 
 import tetrt_support
-from tetrt_support.zoo import hf
+from tetrt_support import zoo
 from tetrt_support.zoo.discover import complex_modeling_files
 
 
 def test_discovery_reads_the_modeling_code_and_every_found_family_has_a_recipe() -> None:
     found = {s.family: s for s in complex_modeling_files()}
     assert {"llama4", "deepseek_v2", "fnet", "autoformer", "wavtokenizer", "xcodec2", "neucodec"} <= set(found)
-    assert {f.module for f in hf.HF_FAMILIES.values()} == set(found)
+    assert {f.module for f in zoo.hf_families().values()} == set(found)
     assert "torch.fft" in found["fnet"].markers and "view_as_complex" in found["llama4"].markers
     assert all(s.path.startswith("models/") and "/modeling_" in s.path for s in found.values())
 
 
 def test_families_are_tiny_seeded_and_take_keyword_inputs() -> None:
-    a, b, c = hf.build_family("fnet", seed=0), hf.build_family("fnet", seed=0), hf.build_family("fnet", seed=1)
+    a, b, c = zoo.build_model("fnet", seed=0), zoo.build_model("fnet", seed=0), zoo.build_model("fnet", seed=1)
     assert not a.training and sum(p.numel() for p in a.parameters()) < 100_000
     wa, wb, wc = (m.embeddings.word_embeddings.weight for m in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
-    with pytest.raises(KeyError, match="unknown Hugging Face family 'fnet2'"):
-        hf.build_family("fnet2")
+    with pytest.raises(KeyError, match="unknown zoo model 'fnet2'"):
+        zoo.build_model("fnet2")
 
 
 def _max_rel(expected, actual) -> float:
@@ -39,10 +39,10 @@ def _max_rel(expected, actual) -> float:
     return worst
 
 
-@pytest.mark.parametrize("name", list(hf.HF_FAMILIES))
+@pytest.mark.parametrize("name", list(zoo.hf_families()))
 def test_family_compiles_into_one_onnxruntime_block_called_like_the_model(name: str) -> None:
-    model = hf.build_family(name)
-    program, inputs = hf.export_family(name, model)
+    model = zoo.build_model(name)
+    program, _, inputs = zoo.export_model(name, model=model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # exporter notices; a failed build would show in the summary
         compiled = tetrt_support.compile(program, backend="onnxruntime", strategy="rewrite")
@@ -58,8 +58,8 @@ def test_autoformer_with_a_dynamic_time_axis_is_refused_by_torch_export_itself()
     largest lag), so export specialises a dynamic time axis, with no complex rule involved."""
     from torch.export import Dim
 
-    model = hf.build_family("autoformer")
-    inputs = hf.family_inputs("autoformer", model)
+    model = zoo.build_model("autoformer")
+    inputs = zoo.example_inputs("autoformer", model)[1]
     t = Dim("t", min=4, max=64)
     shapes = {k: ({1: t} if k.startswith("past_") else None) for k in inputs}
     with pytest.raises(Exception, match=r"specialized it to be a constant \(10\)"):
@@ -68,7 +68,7 @@ def test_autoformer_with_a_dynamic_time_axis_is_refused_by_torch_export_itself()
 
 def test_fnet_with_tpu_fourier_matrices_takes_one_sequence_length_only() -> None:
     """Upstream: FNet's DFT-matrix path checks seq == tpu_short_seq_length in its own code."""
-    model = hf.build_family("fnet_tpu")
-    inputs = hf.family_inputs("fnet_tpu", model, seq=6)
+    model = zoo.build_model("fnet_tpu")
+    inputs = zoo.example_inputs("fnet_tpu", model, seq=6)[1]
     with pytest.raises(ValueError, match="tpu_short_seq_length"):
         model(**inputs)

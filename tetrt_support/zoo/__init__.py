@@ -1,10 +1,13 @@
-"""The real models of the notebooks, tests and benchmarks, in two families of modules.
+"""The real models of the notebooks, tests and benchmarks, in one registry.
 
+- :mod:`.registry`: :data:`ZOO`, every model by name (a :class:`ZooEntry` each), and
+  :func:`build_model`, :func:`example_inputs`, :func:`export_model` for any of them;
 - :mod:`.rope`: small rotary-embedding modules (complex and rotate-half RoPE, an attention
-  block, a tiny Hugging Face Llama 4) and the :data:`ZOO` registry that exports them by name;
+  block, a tiny Hugging Face Llama 4), registered by name;
 - :mod:`.hf`: every model family of the installed ``transformers`` that computes with
   complex numbers, each built from a tiny config with random weights (nothing is
-  downloaded), with keyword example inputs and its dynamic dims (:data:`HF_FAMILIES`);
+  downloaded), with keyword example inputs and its dynamic dims (:func:`hf_families`);
+  transformers is imported when a family is built, not before;
 - :mod:`.discover`: finds those families by reading transformers' own modeling code, so a
   sweep notices a family that has no recipe here yet.
 - :mod:`.decoder`: a plain-PyTorch Llama-3-style decoder for training benchmarks
@@ -13,22 +16,15 @@
 
 from __future__ import annotations
 
-from tetrt_support.zoo import rope
-from tetrt_support.zoo.rope import *  # noqa: F403 (the RoPE zoo is the package's eager part)
+from tetrt_support.zoo import hf, registry, rope  # noqa: F401 (each registers its models)
+from tetrt_support.zoo.registry import *  # noqa: F403
+from tetrt_support.zoo.rope import *  # noqa: F403
 
-# Loaded on first use by ``__getattr__``: they import transformers' model code.
-_FROM_HF = ("HF_FAMILIES", "HFFamily", "export_family")
-
-__all__ = sorted([*rope.__all__, *_FROM_HF, "complex_modeling_files"])
+__all__ = sorted([*registry.__all__, *rope.__all__, "complex_modeling_files"])
 
 
 def __getattr__(name: str):
-    # The Hugging Face families import transformers model code: only when asked for.
-    if name in _FROM_HF:
-        from tetrt_support.zoo import hf
-
-        return getattr(hf, name)
-    if name == "complex_modeling_files":
+    if name == "complex_modeling_files":  # reads transformers' source files: only when asked for
         from tetrt_support.zoo.discover import complex_modeling_files
 
         return complex_modeling_files

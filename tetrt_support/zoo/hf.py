@@ -1,8 +1,9 @@
 """Every model family of the installed transformers that computes with complex numbers, tiny.
 
-Each :class:`HFFamily` builds its model from a tiny config with random weights (seeded,
-nothing downloaded), makes keyword example inputs, and says which input dims may be
-dynamic. Where complex numbers enter (found by :mod:`tetrt_support.zoo.discover`):
+Each family is an entry of the zoo registry (:data:`~tetrt_support.zoo.registry.ZOO`, its
+``module`` the transformers model directory): it builds its model from a tiny config with
+random weights (seeded, nothing downloaded), makes keyword example inputs, and says which
+input dims may be dynamic. Where complex numbers enter (found by :mod:`tetrt_support.zoo.discover`):
 
 - ``llama4`` (text, dense and MoE; vision): rotary embedding by ``torch.polar`` /
   ``view_as_complex``, complex ``mul``, ``view_as_real``;
@@ -23,7 +24,6 @@ dynamic. Where complex numbers enter (found by :mod:`tetrt_support.zoo.discover`
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -31,10 +31,12 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = [
-    "CODEC_HOP", "HF_FAMILIES", "CodecDecoder", "HFFamily",
-    "build_family", "export_family", "family_inputs",
-]  # fmt: skip
+from tetrt_support.zoo.registry import ZooEntry, register_model, seeded
+
+__all__ = ["CODEC_HOP", "CodecDecoder"]
+
+#: the dynamic sequence dim's upper bound of every family
+MAX_SEQ = 32
 
 
 def _transformers() -> Any:
@@ -61,18 +63,24 @@ class CodecDecoder(nn.Module):
         return self.codec.decode(audio_codes=audio_codes)
 
 
-@dataclasses.dataclass(frozen=True)
-class HFFamily:
-    """How to build one transformers family tiny, feed it, and mark its dynamic dims."""
+#: ``(model, batch, seq, generator) -> keyword inputs``
+KeywordInputs = Callable[[nn.Module, int, int, torch.Generator], dict[str, torch.Tensor]]
 
-    name: str
-    module: str  # the transformers model directory its complex code lives in
-    description: str
-    make: Callable[[Any], nn.Module]  # transformers module -> model (random weights)
-    inputs: Callable[[nn.Module, int, int, torch.Generator], dict[str, torch.Tensor]]  # (model, batch, seq, gen)
-    dynamic: Callable[[Any, Any], dict[str, Any]] | None  # (batch Dim, seq Dim) -> dynamic_shapes
-    seq: int = 8  # the example sequence length (tokens, codes or time steps)
-    max_seq: int = 32
+
+def _family(
+    name: str, module: str, description: str, make: Callable[[Any], nn.Module], inputs: KeywordInputs,
+    dynamic: Callable[[Any, Any], dict[str, Any]], seq: int = 8,
+) -> ZooEntry:
+    """A zoo entry for the family built by ``make(transformers)``, fed ``model(**inputs)``."""
+
+    def build(seed: int) -> nn.Module:
+        t = _transformers()
+        return seeded(lambda: make(t))(seed)
+
+    def keyword_inputs(model: nn.Module, batch: int, seq: int, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (), inputs(model, batch, seq, torch.Generator().manual_seed(seed))
+
+    return ZooEntry(name, description, build, keyword_inputs, dynamic, module=module, seq=seq, max_seq=MAX_SEQ)
 
 
 def _ids(model: nn.Module, batch: int, seq: int, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -217,77 +225,30 @@ def _codes_dynamic(b: Any, s: Any) -> dict[str, Any]:
     return {"audio_codes": {0: b, 2: s}}  # [batch, codebooks (1), codes]
 
 
-HF_FAMILIES: dict[str, HFFamily] = {
-    f.name: f
-    for f in (
-        HFFamily("llama4_text", "llama4", "Llama4ForCausalLM, 2 dense layers", _llama4_text(False), _ids, _batch_seq("input_ids")),
-        HFFamily("llama4_text_moe", "llama4", "Llama4ForCausalLM, 2 MoE layers", _llama4_text(True), _ids, _batch_seq("input_ids")),
-        HFFamily("llama4_vision", "llama4", "Llama4VisionModel, 1 layer, 56x56 image", _llama4_vision, _pixels, lambda b, s: {"pixel_values": {0: b}}),
-        HFFamily("deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM, 2 dense layers", _deepseek_v2(False), _ids, _batch_seq("input_ids")),
-        HFFamily("deepseek_v2_moe", "deepseek_v2", "DeepseekV2ForCausalLM, 2 MoE layers (4 experts, top 2)", _deepseek_v2(True), _ids, _batch_seq("input_ids")),
-        HFFamily("fnet", "fnet", "FNetModel, torch.fft.fftn token mixing", _fnet(False), _ids, _batch_seq("input_ids")),
-        HFFamily("fnet_tpu", "fnet", "FNetModel, DFT-matrix einsum token mixing", _fnet(True), _ids, lambda b, s: {"input_ids": {0: b}}),  # its DFT matrix fixes the sequence length,
-        HFFamily("autoformer", "autoformer", "AutoformerModel, FFT auto-correlation", _autoformer, _autoformer_inputs, lambda b, s: {k: {0: b} for k in ("past_values", "past_time_features", "past_observed_mask", "future_values", "future_time_features")}),
-        HFFamily("wavtokenizer", "wavtokenizer", "WavTokenizerModel.decode, ISTFT head", _wavtokenizer, _codes(32), _codes_dynamic, seq=6),
-        HFFamily("xcodec2", "xcodec2", "Xcodec2Model.decode, ISTFT head", _xcodec("Xcodec2Config", "Xcodec2Model"), _codes(16), _codes_dynamic, seq=6),
-        HFFamily("neucodec", "neucodec", "NeuCodecModel.decode, ISTFT head", _xcodec("NeuCodecConfig", "NeuCodecModel"), _codes(16), _codes_dynamic, seq=6),
-        HFFamily(
-            "xcodec2_model", "xcodec2",
-            "Xcodec2Model(input_values, input_features): encode, decode",
-            _codec_model("Xcodec2Config", "Xcodec2Model"), _wave_and_features,
-            _wave_and_features_dynamic, seq=6,
-        ),
-        HFFamily(  # batch only: export specialises its length (int(length * 1.5) in its forward)
-            "neucodec_model", "neucodec",
-            "NeuCodecModel(input_values, input_features): encode, decode",
-            _codec_model("NeuCodecConfig", "NeuCodecModel"), _wave_and_features,
-            lambda b, s: {"input_values": {0: b}, "input_features": {0: b}}, seq=6,
-        ),
-    )
-}
+for _entry in (
+    _family("llama4_text", "llama4", "Llama4ForCausalLM, 2 dense layers", _llama4_text(False), _ids, _batch_seq("input_ids")),
+    _family("llama4_text_moe", "llama4", "Llama4ForCausalLM, 2 MoE layers", _llama4_text(True), _ids, _batch_seq("input_ids")),
+    _family("llama4_vision", "llama4", "Llama4VisionModel, 1 layer, 56x56 image", _llama4_vision, _pixels, lambda b, s: {"pixel_values": {0: b}}),
+    _family("deepseek_v2", "deepseek_v2", "DeepseekV2ForCausalLM, 2 dense layers", _deepseek_v2(False), _ids, _batch_seq("input_ids")),
+    _family("deepseek_v2_moe", "deepseek_v2", "DeepseekV2ForCausalLM, 2 MoE layers (4 experts, top 2)", _deepseek_v2(True), _ids, _batch_seq("input_ids")),
+    _family("fnet", "fnet", "FNetModel, torch.fft.fftn token mixing", _fnet(False), _ids, _batch_seq("input_ids")),
+    _family("fnet_tpu", "fnet", "FNetModel, DFT-matrix einsum token mixing", _fnet(True), _ids, lambda b, s: {"input_ids": {0: b}}),  # its DFT matrix fixes the sequence length,
+    _family("autoformer", "autoformer", "AutoformerModel, FFT auto-correlation", _autoformer, _autoformer_inputs, lambda b, s: {k: {0: b} for k in ("past_values", "past_time_features", "past_observed_mask", "future_values", "future_time_features")}),
+    _family("wavtokenizer", "wavtokenizer", "WavTokenizerModel.decode, ISTFT head", _wavtokenizer, _codes(32), _codes_dynamic, seq=6),
+    _family("xcodec2", "xcodec2", "Xcodec2Model.decode, ISTFT head", _xcodec("Xcodec2Config", "Xcodec2Model"), _codes(16), _codes_dynamic, seq=6),
+    _family("neucodec", "neucodec", "NeuCodecModel.decode, ISTFT head", _xcodec("NeuCodecConfig", "NeuCodecModel"), _codes(16), _codes_dynamic, seq=6),
+    _family(
+        "xcodec2_model", "xcodec2",
+        "Xcodec2Model(input_values, input_features): encode, decode",
+        _codec_model("Xcodec2Config", "Xcodec2Model"), _wave_and_features,
+        _wave_and_features_dynamic, seq=6,
+    ),
+    _family(  # batch only: export specialises its length (int(length * 1.5) in its forward)
+        "neucodec_model", "neucodec",
+        "NeuCodecModel(input_values, input_features): encode, decode",
+        _codec_model("NeuCodecConfig", "NeuCodecModel"), _wave_and_features,
+        lambda b, s: {"input_values": {0: b}, "input_features": {0: b}}, seq=6,
+    ),
+):
+    register_model(_entry)
 
-
-def _family(name: str) -> HFFamily:
-    try:
-        return HF_FAMILIES[name]
-    except KeyError:
-        raise KeyError(f"unknown Hugging Face family {name!r}; known: {', '.join(HF_FAMILIES)}") from None
-
-
-def build_family(name: str, seed: int = 0) -> nn.Module:
-    """The tiny model of family ``name``, weights drawn from ``seed``, in eval mode."""
-    family = _family(name)
-    t = _transformers()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = family.make(t)
-    return model.eval()
-
-
-def family_inputs(name: str, model: nn.Module, batch: int = 2, seq: int | None = None, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Keyword example inputs for ``model`` (of family ``name``): ``model(**inputs)``."""
-    family = _family(name)
-    return family.inputs(model, batch, family.seq if seq is None else seq, torch.Generator().manual_seed(seed))
-
-
-def export_family(
-    name: str, model: nn.Module | None = None, *, batch: int = 2, seq: int | None = None, dynamic: bool = False, seed: int = 0
-) -> tuple[torch.export.ExportedProgram, dict[str, torch.Tensor]]:
-    """``torch.export.export(model, (), inputs, strict=False)`` of family ``name``, and the inputs.
-
-    ``dynamic=True`` marks the family's batch (``Dim("batch", 1..16)``) and, where it has one,
-    sequence (``Dim("seq", 2..max_seq)``) dims dynamic.
-    """
-    family = _family(name)
-    model = build_family(name, seed) if model is None else model
-    inputs = family_inputs(name, model, batch, seq, seed)
-    shapes = None
-    if dynamic:
-        if family.dynamic is None:
-            raise ValueError(f"family {name!r} has no dynamic dims")
-        from torch.export import Dim
-
-        shapes = family.dynamic(Dim("batch", min=1, max=16), Dim("seq", min=2, max=family.max_seq))
-    with torch.no_grad():
-        program = torch.export.export(model, (), inputs, dynamic_shapes=shapes, strict=False)
-    return program, inputs

@@ -1,18 +1,26 @@
 """Minimal models that reproduce what the Hugging Face sweep found, and the pipeline as it was.
 
 Showcase, not the shipped compiler: the tests and notebook 06 use these to show a bug on
-the old pass list (:data:`PASSES_BEFORE_THE_GUARDS`) and its fix on the current one.
+the old pipeline (:data:`BEFORE_THE_GUARDS`, a :class:`~tetrt_support.history.HistoricalPolicy`)
+and its fix on the current one.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 import torch
 
+if TYPE_CHECKING:
+    from tetrt_support.compiler.pipeline import CompiledModule
+    from tetrt_support.history import HistoricalPolicy
+
 __all__ = [
+    "BEFORE_THE_GUARDS",
     "ITEM_IN_PYTORCH",
     "CountThenArange",
     "InPlaceAdd",
-    "PASSES_BEFORE_THE_GUARDS",
     "SizeInPython",
     "SliceWrites",
     "compile_as_before",
@@ -71,32 +79,32 @@ class CountThenArange(torch.nn.Module):
 ITEM_IN_PYTORCH = frozenset({"torch.ops.aten.item.default"})
 
 
-def _passes_before_the_guards() -> tuple:
-    from tetrt_support.compiler import pipeline
-    from tetrt_support.compiler.functionalize import functionalize_view_writes
-    from tetrt_support.compiler.verify import check_engine_blocks, check_whole_program, keep_reference_blocks
+@functools.cache
+def _before_the_guards() -> HistoricalPolicy:
+    from tetrt_support import history
+    from tetrt_support.compiler.pipeline import build_engine_blocks, partition_into_blocks
 
-    guards = (functionalize_view_writes, keep_reference_blocks, check_engine_blocks, check_whole_program)
-    return tuple(p for p in pipeline.PASSES if p not in guards)
+    return history.HistoricalPolicy(
+        "before the guards",
+        history.substituted(
+            {
+                "partition_into_blocks": history.on_the_bare_engine(partition_into_blocks),
+                "build_engine_blocks": history.on_the_bare_engine(build_engine_blocks),
+            },
+            drop=("functionalize_view_writes", "keep_reference_blocks", "check_engine_blocks"),
+        ),
+    )
 
 
-def compile_as_before(program: torch.export.ExportedProgram, backend: str = "onnxruntime", strategy: str = "rewrite"):
+def compile_as_before(program: torch.export.ExportedProgram, backend: str = "onnxruntime", strategy: str = "rewrite") -> CompiledModule:
     """The pipeline as it was: no functionalization, no build-time check, and the bare engine
     (which does not refuse in-place ops), every engine-capable op in an engine block."""
-    from tetrt_support.compiler import pipeline
-    from tetrt_support.compiler.context import CompileContext
-    from tetrt_support.compiler.engines import get_engine
-    from tetrt_support.compiler.settings import CompilationSettings
+    from tetrt_support import history
 
-    settings = CompilationSettings(backend=backend, strategy=strategy, min_block_size=1)
-    ctx = CompileContext(program, backend, strategy, get_engine(backend), pipeline.flat_example_inputs(program), settings)
-    gm = program.module()
-    for compile_pass in _passes_before_the_guards():
-        gm = compile_pass(gm, ctx)
-    return gm
+    return history.compile_as(_before_the_guards(), program, backend, strategy)
 
 
 def __getattr__(name: str):
-    if name == "PASSES_BEFORE_THE_GUARDS":  # the compiler imports lazily
-        return _passes_before_the_guards()
+    if name == "BEFORE_THE_GUARDS":  # history and the compiler import lazily
+        return _before_the_guards()
     raise AttributeError(name)

@@ -18,36 +18,30 @@ numbers reach an exported ATen graph:
   ``Llama4TextConfig`` with random weights (nothing is downloaded); its rotary embedding is
   complex (``torch.polar`` + ``view_as_complex``) and it returns a ``ModelOutput``.
 
-:func:`export_model` exports any entry by name, optionally with dynamic batch and sequence
-dimensions, and returns the program together with the example inputs it was traced with.
+:func:`~tetrt_support.zoo.registry.export_model` exports each by name (they are entries of
+:data:`~tetrt_support.zoo.registry.ZOO`), optionally with dynamic batch and sequence dims.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tetrt_support.zoo.registry import MAX_SEQ, ZooEntry, ZooExport, batch_seq_dims, register_model, seeded
+
 __all__ = [
-    "ZOO",
     "ComplexRoPE",
     "ComplexRoPEAttention",
     "ComplexRoPEPolar",
     "LLAMA4_TINY_SIZES",
     "RotateHalfRoPE",
-    "ZooEntry",
-    "ZooExport",
     "apply_complex_rope",
     "apply_rotate_half_rope",
-    "build_model",
-    "example_inputs",
     "export_llama4",
-    "export_model",
     "half_to_interleaved",
     "interleaved_to_half",
     "llama4_config",
@@ -63,7 +57,6 @@ __all__ = [
 HEADS = 4
 HEAD_DIM = 16
 HIDDEN = HEADS * HEAD_DIM
-MAX_SEQ = 64
 THETA = 10000.0
 
 
@@ -312,27 +305,10 @@ def llama4_example_inputs(model: nn.Module, batch: int = 2, seq: int = 8, seed: 
     return {"input_ids": torch.randint(0, model.config.vocab_size, (batch, seq), generator=generator)}
 
 
-class ZooExport(NamedTuple):
-    """An exported zoo model and the example inputs it was exported with."""
-
-    program: torch.export.ExportedProgram
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
-def _dims(dynamic: bool, max_batch: int = 16, max_seq: int = MAX_SEQ) -> tuple[Any, Any] | None:
-    if not dynamic:
-        return None
-    from torch.export import Dim
-
-    # min=2 on the sequence keeps export from specialising on a 1-token sequence.
-    return Dim("batch", min=1, max=max_batch), Dim("seq", min=2, max=max_seq)
-
-
 def export_llama4(model: nn.Module, batch: int = 2, seq: int = 8, dynamic: bool = False, seed: int = 0) -> ZooExport:
     """Export a (tiny) Llama 4 with ``torch.export.export(strict=False)``, called as ``input_ids=...``."""
     kwargs = llama4_example_inputs(model, batch, seq, seed)
-    dims = _dims(dynamic, max_seq=model.config.max_position_embeddings)
+    dims = batch_seq_dims(model.config.max_position_embeddings) if dynamic else None
     shapes = None if dims is None else {"input_ids": {0: dims[0], 1: dims[1]}}
     program = torch.export.export(model, (), kwargs, dynamic_shapes=shapes, strict=False)
     return ZooExport(program, (), kwargs)
@@ -341,27 +317,6 @@ def export_llama4(model: nn.Module, batch: int = 2, seq: int = 8, dynamic: bool 
 # --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ZooEntry:
-    """How to build one zoo model, make its inputs, and mark their dynamic dims."""
-
-    name: str
-    description: str
-    build: Callable[[int], nn.Module]  # seed -> model in eval mode
-    inputs: Callable[[nn.Module, int, int, int], tuple[tuple[Any, ...], dict[str, Any]]]  # (model, batch, seq, seed)
-    dynamic_shapes: Callable[[Any, Any], Any]  # (batch Dim, seq Dim) -> dynamic_shapes spec
-    has_complex: bool
-
-
-def _seeded(factory: Callable[[], nn.Module]) -> Callable[[int], nn.Module]:
-    def build(seed: int) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return factory().eval()
-
-    return build
 
 
 def _qk_inputs(model: nn.Module, batch: int, seq: int, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -385,67 +340,19 @@ def _qk_dynamic(b: Any, s: Any) -> Any:
     return ({0: b, 1: s}, {0: b, 1: s})
 
 
-ZOO: dict[str, ZooEntry] = {
-    e.name: e
-    for e in (
-        ZooEntry("complex_rope", "Llama-style RoPE, complex64 freqs_cis buffer", _seeded(ComplexRoPE), _qk_inputs, _qk_dynamic, True),
-        ZooEntry("complex_rope_polar", "complex RoPE, freqs built with torch.polar in forward", _seeded(ComplexRoPEPolar), _qk_inputs, _qk_dynamic, True),
-        ZooEntry(
-            "rope_attention",
-            "attention block with complex RoPE, keyword attention_mask",
-            _seeded(ComplexRoPEAttention),
-            _attention_inputs,
-            lambda b, s: {"hidden_states": {0: b, 1: s}, "attention_mask": {0: b, 2: s, 3: s}},
-            True,
-        ),
-        ZooEntry("rotate_half_rope", "HF rotate-half RoPE, real cos/sin (no complex values)", _seeded(RotateHalfRoPE), _qk_inputs, _qk_dynamic, False),
-        ZooEntry("llama4", "HF Llama4ForCausalLM, tiny config, 2 dense layers", lambda seed: tiny_llama4(2, False, seed), _llama4_inputs, lambda b, s: {"input_ids": {0: b, 1: s}}, True),
-        ZooEntry("llama4_moe", "HF Llama4ForCausalLM, tiny config, 2 MoE layers", lambda seed: tiny_llama4(2, True, seed), _llama4_inputs, lambda b, s: {"input_ids": {0: b, 1: s}}, True),
-    )
-}
-
-
-def _entry(name: str) -> ZooEntry:
-    try:
-        return ZOO[name]
-    except KeyError:
-        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(ZOO)}") from None
-
-
-def build_model(name: str, seed: int = 0) -> nn.Module:
-    """The zoo model ``name`` with weights drawn from ``seed``, in eval mode."""
-    return _entry(name).build(seed)
-
-
-def example_inputs(name: str, model: nn.Module, batch: int = 2, seq: int = 8, seed: int = 0) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Positional and keyword example inputs for ``model`` (built from zoo entry ``name``)."""
-    entry = _entry(name)
-    if seq < 1 or batch < 1:
-        raise ValueError(f"batch and seq must be >= 1, got batch={batch}, seq={seq}")
-    return entry.inputs(model, batch, seq, seed)
-
-
-def export_model(
-    name: str,
-    *,
-    model: nn.Module | None = None,
-    batch: int = 2,
-    seq: int = 8,
-    dynamic: bool = False,
-    seed: int = 0,
-) -> ZooExport:
-    """Export zoo model ``name`` with ``torch.export.export(strict=False)``.
-
-    ``dynamic=True`` marks the batch and sequence dims of every input dynamic
-    (``Dim("batch", 1..16)``, ``Dim("seq", 2..64)``). Pass ``model`` to export an instance you
-    already hold (e.g. to compare with it in eager); otherwise one is built from ``seed``.
-    """
-    entry = _entry(name)
-    model = entry.build(seed) if model is None else model
-    args, kwargs = example_inputs(name, model, batch, seq, seed)
-    dims = _dims(dynamic)
-    if dims is not None and not 2 <= seq <= MAX_SEQ:
-        raise ValueError(f"dynamic export needs 2 <= seq <= {MAX_SEQ}, got seq={seq}")
-    shapes = None if dims is None else entry.dynamic_shapes(*dims)
-    program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
-    return ZooExport(program, args, kwargs)
+for _model in (
+    ZooEntry("complex_rope", "Llama-style RoPE, complex64 freqs_cis buffer", seeded(ComplexRoPE), _qk_inputs, _qk_dynamic, True),
+    ZooEntry("complex_rope_polar", "complex RoPE, freqs built with torch.polar in forward", seeded(ComplexRoPEPolar), _qk_inputs, _qk_dynamic, True),
+    ZooEntry(
+        "rope_attention",
+        "attention block with complex RoPE, keyword attention_mask",
+        seeded(ComplexRoPEAttention),
+        _attention_inputs,
+        lambda b, s: {"hidden_states": {0: b, 1: s}, "attention_mask": {0: b, 2: s, 3: s}},
+        True,
+    ),
+    ZooEntry("rotate_half_rope", "HF rotate-half RoPE, real cos/sin (no complex values)", seeded(RotateHalfRoPE), _qk_inputs, _qk_dynamic, False),
+    ZooEntry("llama4", "HF Llama4ForCausalLM, tiny config, 2 dense layers", lambda seed: tiny_llama4(2, False, seed), _llama4_inputs, lambda b, s: {"input_ids": {0: b, 1: s}}, True),
+    ZooEntry("llama4_moe", "HF Llama4ForCausalLM, tiny config, 2 MoE layers", lambda seed: tiny_llama4(2, True, seed), _llama4_inputs, lambda b, s: {"input_ids": {0: b, 1: s}}, True),
+):
+    register_model(_model)

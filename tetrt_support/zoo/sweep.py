@@ -72,12 +72,12 @@ class SweepRow:
 def sweep_cases(engines: tuple[str, ...] = ("eager", "onnxruntime"), strategies: tuple[str, ...] = ("rewrite", "retrace"), families: tuple[str, ...] | None = None) -> list[SweepCase]:
     """Every (family, dynamic, engine, strategy) to run, families found by reading transformers."""
     from tetrt_support.zoo.discover import complex_modeling_files
-    from tetrt_support.zoo.hf import HF_FAMILIES
+    from tetrt_support.zoo import hf_families
 
     found = sorted({source.family for source in complex_modeling_files()})
     cases = []
     for module in found:
-        recipes = [f for f in HF_FAMILIES.values() if f.module == module]
+        recipes = [f for f in hf_families().values() if f.module == module]
         if not recipes:
             cases.append(SweepCase(module, module, "-", "-", False, has_recipe=False))
             continue
@@ -121,7 +121,7 @@ def run_case(case: SweepCase) -> SweepRow:
     """Measure one case; an exception ends the row with the stage it stopped at and why."""
     import tetrt_support
     from tetrt_support.compiler.partition import blocks_of
-    from tetrt_support.zoo import hf
+    from tetrt_support import zoo
 
     row = SweepRow(case.family, case.module, case.engine, case.strategy, case.dynamic)
     if not case.has_recipe:
@@ -130,8 +130,8 @@ def run_case(case: SweepCase) -> SweepRow:
     start = time.perf_counter()
     try:
         row.stage = "export"
-        model = hf.build_family(case.family)
-        program, inputs = hf.export_family(case.family, model, dynamic=case.dynamic)
+        model = zoo.build_model(case.family)
+        program, _, inputs = zoo.export_model(case.family, model=model, dynamic=case.dynamic)
         row.complex_nodes = _count_complex(program)
         row.stage = "compile"
         with warnings.catch_warnings():
@@ -146,9 +146,9 @@ def run_case(case: SweepCase) -> SweepRow:
             row.same_class_and_keys = _same_output(expected, actual)
             row.max_rel_error = max_relative_error(expected, actual)
             if case.dynamic:
-                family = hf.HF_FAMILIES[case.family]
-                seq = family.seq + 3 if family.dynamic and "seq" in repr(family.dynamic(_Dim("batch"), _Dim("seq"))) else None
-                other = hf.family_inputs(case.family, model, batch=3, seq=seq, seed=1)
+                family = zoo.ZOO[case.family]
+                seq = family.seq + 3 if "seq" in repr(family.dynamic_shapes(_Dim("batch"), _Dim("seq"))) else None
+                other = zoo.example_inputs(case.family, model, batch=3, seq=seq, seed=1)[1]
                 row.other_size_rel_error = max_relative_error(model(**other), compiled(**other))
         row.stage = ""
     except Exception as error:  # noqa: BLE001 - a sweep records every failure and goes on
