@@ -206,6 +206,32 @@ def test_a_whole_compiled_decoder_gets_the_custom_ops_gradients(decoder_gradient
         torch.testing.assert_close(g, expected[name], rtol=0, atol=0, msg=f"{name} differs")
 
 
+def test_a_whole_compiled_decoder_gets_the_block_custom_ops_gradients() -> None:
+    """The same check for FP8 block scaling: under aot_eager its inline step is the custom
+    ops' ATen ops, so a compiled decoder's loss and gradients are theirs bit for bit."""
+    import copy
+
+    from tetrt_support.quant import convert_to_quantized_training
+    from tetrt_support.zoo.decoder import Decoder, decoder_config
+
+    base = Decoder(decoder_config("tiny", layers=1), seed=0, dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(0)
+    ids, labels = (torch.randint(0, base.config.vocab, (2, 32), generator=gen) for _ in range(2))
+    runs = []
+    for compile_as, backend in (("custom_ops", None), ("inline", "aot_eager")):
+        model = convert_to_quantized_training(copy.deepcopy(base), "fp8_block", compile_as=compile_as,
+                                              module_filter_fn=lambda m, fqn: fqn != "lm_head")
+        torch._dynamo.reset()
+        loss = (torch.compile(model, backend=backend, fullgraph=True) if backend else model)(ids, labels)
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (expected_loss, expected), (loss, grads) = runs
+    torch.testing.assert_close(loss, expected_loss, rtol=0, atol=0)
+    for name, g in grads.items():
+        assert g.abs().max() > 0, f"{name}: zero gradient through the inline step"
+        torch.testing.assert_close(g, expected[name], rtol=0, atol=0, msg=f"{name} differs")
+
+
 def test_inductor_keeps_the_decoder_as_close_to_bf16_as_the_custom_ops(decoder_gradients: dict) -> None:
     """Inductor rounds the bf16 parts of the model differently, and FP8 magnifies that (an
     element near a rounding boundary moves a whole FP8 step), so inductor's gradients are
