@@ -80,3 +80,17 @@ def test_inline_linear_lines_name_the_unequal_outputs() -> None:
         "256 x 128 -> 128: equal bytes: y, dgrad, wgrad",
         "256 x 128 -> 384, bias: equal bytes: y, wgrad, dbias; differ: dgrad (7 elements)"]
     assert model_step.inline_linear_lines(check) == []  # no fp8_current rows in this file
+
+
+def test_the_plot_draws_every_compiled_variant_per_case() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1)
+    model_step.plot_model_step(axes, _result())
+    labels = axes[0].get_legend_handles_labels()[1]
+    assert labels == ["bf16", "torchao float8", "fp8_current"]  # the failed fp8_block is left out
+    assert [ax.get_ylabel() for ax in axes] == [label for _, label in model_step.PLOTTED]
+    plt.close(fig)

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tetrt_support.report.tables import Table
-from tetrt_support.report.training import PEER
+from tetrt_support.report.training import COLORS, PEER
 
 __all__ = ["LOSS_TOLERANCE", "case_label", "inline_case_lines", "inline_decoder_lines", "inline_linear_lines",
-           "model_step_claims", "model_step_table"]
+           "model_step_claims", "model_step_table", "plot_model_step"]
 
 #: the issue's bar for the loss after the run: within 1 % of bf16's
 LOSS_TOLERANCE = 0.01
@@ -134,3 +134,36 @@ def _pair(norms: Any) -> str:
     if isinstance(norms, list):
         return "(" + ", ".join(f"{v:.4g}" for v in norms) + ")"
     return f"failed ({norms})"
+
+
+#: the quantities :func:`plot_model_step` draws: (variant field, axis label)
+PLOTTED = (("speedup_vs_bf16", "speed vs bf16 (x)"), ("host_ms_per_step", "host ms per step"),
+           ("peak_memory_gib", "peak memory (GiB)"))
+
+
+def plot_model_step(axes: Any, result: Mapping[str, Any], suite: str = "model_step",
+                    variants: tuple[str, ...] | None = None) -> None:
+    """One panel per quantity of :data:`PLOTTED` (``axes``: as many), grouped bars per case:
+    each compiled variant's speed against bf16, host time per step and peak memory (eager
+    variants and failed ones are left out; a variant not run in a case leaves a gap)."""
+    cases = _cases(result, suite)
+    names = variants or tuple(dict.fromkeys(
+        v for entry in cases.values() for v, row in entry["variants"].items()
+        if "median_ms" in row and not v.endswith("_eager")))
+    width = 0.84 / max(len(names), 1)
+    for ax, (field, label) in zip(axes, PLOTTED):
+        for i, name in enumerate(names):
+            xs, ys = [], []
+            for j, entry in enumerate(cases.values()):
+                value = entry["variants"].get(name, {}).get(field)
+                if value is not None:
+                    xs.append(j + (i - (len(names) - 1) / 2) * width)
+                    ys.append(value)
+            base = name.split("+")[0]
+            ax.bar(xs, ys, width * 0.92, label=name.replace(PEER, "torchao float8"), color=COLORS.get(base),
+                   hatch="//" if "+" in name else None, edgecolor="white" if "+" in name else None)
+        if field == "speedup_vs_bf16":
+            ax.axhline(1.0, color="k", linestyle=":", linewidth=1)
+        ax.set_xticks(range(len(cases)), [f"{c}\n{case_label(e).split(', ', 1)[1]}" for c, e in cases.items()],
+                      fontsize=8)
+        ax.set_ylabel(label)

@@ -48,7 +48,8 @@ LOSS_RECIPES = ("bf16", "fp8_current", "fp8_block", "mxfp8", "nvfp4")  # what th
 _SMALL, _LARGE = "8192x4096x4096", "16384x8192x8192"
 # one colour per variant in every plot
 COLORS = {"bf16": "black", PEER: "tab:gray", "fp8_current": "tab:blue", "fp8_block": "tab:orange",
-          "mxfp8": "tab:green", "nvfp4": "tab:red", "fp8_current+custom_ops": "tab:cyan"}
+          "mxfp8": "tab:green", "nvfp4": "tab:red", "fp8_current+custom_ops": "tab:cyan",
+          "te_fp8_current": "tab:purple", "te_fp8_delayed": "tab:brown", "te_fp8_block": "tab:pink"}
 
 # The step targets: speedup over bf16 (bf16 time / variant time) per variant and size T x K x N.
 # MXFP8 and NVFP4 are emulated on Hopper (no tensor-core GEMM for them there).
