@@ -1,0 +1,70 @@
+"""How ``python -m pytest`` spreads the run over CPU cores (pyproject's ``-n auto --dist loadfile``).
+
+Each test file and each notebook runs whole, in its own order, on one pytest-xdist worker, so
+a module-scoped fixture is built once and a notebook's cells share one kernel. ``-n auto``
+starts a worker per CPU core (at most ``MAX_WORKERS``; ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+overrides), and none when the arguments name a single file or tests of one file, which run
+in-process as without xdist. ``-n 0`` runs everything in-process. The files in ``LONG_FIRST``
+are handed out first, so that no worker is left alone with a long one at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+MAX_WORKERS = 8
+# The longest units of the run, longest first: each took 100 s or more of one worker in a
+# full run on a loaded 2-core machine (the site's browser test runs only where Chromium is).
+# The rest keep their collection order. A stale entry costs balance, never a check.
+LONG_FIRST = (
+    "tests/compiler/test_compile_matrix.py",
+    "tests/complex/test_rules_elementwise.py",
+    "notebooks/06_hugging_face_sweep.ipynb",
+    "tests/compiler/test_user_reports.py",
+    "notebooks/08_torch_tensorrt_interface.ipynb",
+    "tests/quant/test_inline_linear.py",
+    "tests/zoo/test_codec_models.py",
+    "tests/compiler/test_backend.py",
+    "notebooks/07_quantizer_numerics.ipynb",
+    "tests/compiler/test_interface.py",
+    "tests/quant/test_kernels_cpu.py",
+    "tests/compiler/test_caller_program_unchanged.py",
+    "notebooks/02_codegen_restoration.ipynb",
+    "tests/zoo/test_hf_families.py",
+    "tests/compiler/test_save_load_formats.py",
+    "tests/quant/test_linear_dynamic.py",
+    "tests/compiler/test_bad_inputs.py",
+    "tests/quant/test_linear_usage.py",
+    "tests/quant/test_te_exact.py",
+    "tests/report/test_llama4_benchmark.py",
+    "tests/quant/test_linear_compile.py",
+    "tests/test_site.py",
+)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    override = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if override:
+        return None  # xdist's own hook reads it
+    here = pathlib.Path(config.invocation_params.dir)
+    files = {arg.split("::")[0] for arg in config.args}
+    if len(files) == 1 and (here / next(iter(files))).is_file():
+        return 0
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    root = config.rootpath
+
+    def key(item: pytest.Item) -> int:
+        try:
+            name = item.path.relative_to(root).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=key)  # stable: every file keeps its own order
