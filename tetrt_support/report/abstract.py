@@ -189,6 +189,22 @@ ABSTRACTS: dict[str, Abstract] = {
         (("1", "three ways in"), ("2", "the options"), ("3", "save and load"),
          ("4", "refit"), ("open", "what remains")),
     ),
+    "09": Abstract(
+        "09_quantized_training_across_ranks",
+        "Yes, once the input's and the output gradient's amaxes are all-reduced over the "
+        "Linear's `amax_reduction_group`: every rank then quantizes with one process's scales, "
+        "in one compiled graph; FSDP2 and tensor parallelism then agree with one process to "
+        "fp32 summation order. Run on gloo CPU ranks only, no GPU.",
+        "On {ranks} gloo ranks, each with half of the batch, {differ} of the output's and "
+        "input gradient's {bytes} bytes differ from one process's without the group, "
+        "{differ_grouped} with it; the compiled step is {graphs} graph with {breaks} graph "
+        "breaks and {reduces} all-reduces (forward and backward). FSDP2's losses over {steps} "
+        "steps differ from one process's by {fsdp} (relative), tensor parallelism's results "
+        "by {tp}.",
+        (("1", "the amax a shard sees"), ("2", "the fix"), ("3", "two ranks against one process"),
+         ("4", "one compiled step"), ("5", "FSDP2"), ("6", "tensor parallelism"),
+         ("open", "what remains")),
+    ),
 }
 
 
@@ -353,3 +369,21 @@ def figures_07(te_cases: Any) -> dict[str, Any]:
                 exact += min(equal.values()) == 1.0
     return {"compared": compared, "configurations": len(te_cases.CASES),
             "families": len(te_cases.FAMILIES), "exact": exact}
+
+
+def figures_09(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``summary``: :func:`tetrt_support.report.distributed_training.run_across_ranks`'s."""
+    step = summary["data_parallel"]["custom_ops"]
+    compiled = summary["compiled"]["custom_ops"]
+    tp = [r["rel"] for style in summary["tensor_parallel"].values() for r in style.values()]
+    return {
+        "ranks": summary["world_size"],
+        "differ": step["alone_out_differ"] + step["alone_dgrad_differ"],
+        "bytes": step["bytes_out"] + step["bytes_dgrad"],
+        "differ_grouped": step["grouped_out_differ"] + step["grouped_dgrad_differ"],
+        "graphs": compiled["graphs"], "breaks": compiled["graph_breaks"],
+        "reduces": sum(line.count("_c10d_functional.all_reduce") for part in ("forward", "backward")
+                       for line in compiled[part]),
+        "steps": len(summary["fsdp2"]["losses"]), "fsdp": bound(summary["fsdp2"]["rel"]),
+        "tp": bound(max(tp)),
+    }
