@@ -1,25 +1,9 @@
 """NVFP4's column-wise operand: ``x^T`` rotated by the random Hadamard transform, in one pass.
 
-Twin of ``numerics.apply_hadamard(x.t().contiguous(), matrix)``: each group of 16
-consecutive elements of a row of ``x^T`` (16 consecutive rows of one column of ``x``) is
-multiplied by the 16 x 16 matrix ``diag(signs) @ H16 / 4``. The reference forms the sums
-in float64, rounds once to fp32 and then to the input's dtype; so does this kernel, so the
-bytes are the reference's whenever the float64 sums are exact -- which they are unless the
-magnitudes inside one group of 16 span more than about 2^41 (bf16 input) or 2^25 (fp32):
-the products ``x * (+-1/4)`` are exact and every partial sum fits in 53 bits.
-
-The sums are formed as a fast Walsh-Hadamard transform: ``H16`` is ``H2`` tensored four
-times, so four butterfly stages (``a + b``, ``a - b``) over the sign-scaled inputs give
-all 16 outputs with 4 additions each instead of 16 multiply-adds. Every partial sum is
-again a sum of exact products, exact under the same bound, so the result is the
-matrix product's; an exact zero is written as +0, as the matrix product's accumulation
-(from +0) gives it. The matrix is therefore described by its sign mask alone (bit i
-negates row i, :func:`~tetrt_support.quant.numerics.random_hadamard_matrix`), a
-compile-time constant of the kernel.
-
-Why a kernel: the reference on the device (transpose, widen to float64, a float64 matmul,
-narrow twice) moves about 48 bytes per element; this reads ``x`` once and writes ``x^T``
-once (4 bytes per bf16 element).
+Twin of ``numerics.apply_hadamard(x.t().contiguous(), matrix)``, computed as a fast
+Walsh-Hadamard transform from the sign mask alone; the bytes are the reference's while the
+float64 sums are exact (``docs/architecture.md``, "Module notes", for the bound and why a
+kernel).
 """
 
 from __future__ import annotations
