@@ -90,8 +90,8 @@ def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype
     """``saturate(x * scale)`` cast to ``dtype``: +-inf and overflow clamp to +-max, NaN stays NaN.
 
     Every NaN becomes the one positive NaN code 0x7F, whatever its sign: TE's kernels cast
-    with ``cvt.rn.satfinite`` (``common/util/ptx.cuh``), and on an H200 both that conversion
-    and torch's CUDA cast wrote 0x7F for -NaN, where torch's CPU cast keeps the sign (0xFF).
+    with ``cvt.rn.satfinite`` (``common/util/ptx.cuh``), which writes 0x7F for -NaN, as
+    torch's CUDA cast does, where torch's CPU cast keeps the sign (0xFF).
     """
     limit = fp8_max(dtype)
     y = torch.clamp(x.float() * scale, -limit, limit)  # clamp keeps NaN

@@ -125,9 +125,8 @@ def quantized_matmul(
     (TE's ``use_split_accumulator=False``; a CPU ignores it); the block formats' GEMMs have none.
 
     Per-tensor FP8 operands go through ``torch._scaled_mm`` (runs on CPU in torch >= 2.13;
-    checked once on an H200 with torch 2.11, where it differs from the fp32 product of the
-    dequantized operands only by accumulation order; a per-tensor scale makes the
-    transposes exact). Block-scaled formats
+    it differs from the fp32 product of the dequantized operands only by accumulation order,
+    and a per-tensor scale makes the transposes exact). Block-scaled formats
     (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
     NVFP4 leaves its per-tensor factors out of the operands and applies them to the

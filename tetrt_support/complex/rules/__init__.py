@@ -46,7 +46,7 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 #: The order in which the families' rules join :data:`RULES`, by name: the table's
-#: iteration order (what ``report.complex_graphs.rule_table`` lists, notebook 01) stays
+#: iteration order (what ``report.complex_graphs.rule_table`` lists) stays
 #: the one it had before the rules were split by family, ``repeat`` after ``sgn`` included.
 ORDER: tuple[str, ...] = (
     # elementwise

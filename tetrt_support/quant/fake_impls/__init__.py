@@ -5,7 +5,7 @@ A custom op's fake impl must say what the op returns -- shapes, dtypes, how many
 input and weight it saves for backward, flattened into plain tensors (a tensor subclass
 must not cross a custom-op boundary: see :mod:`tetrt_support.quant.ops`). So the fake
 impl must know the inner buffers a quantizer WOULD produce. The two strategies differ in
-how that knowledge is carried, and that is the whole debate of notebook 04:
+how that knowledge is carried:
 
 - ``"tensor_proto"`` (:mod:`.tensor_proto`): a descriptor dataclass, ``TensorProto``
   (quantizer, logical shape, dtype, buffer descriptions), that later steps materialise

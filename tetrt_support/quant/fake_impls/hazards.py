@@ -1,4 +1,4 @@
-"""Minimal reproductions of what goes wrong WITHOUT the flat protocol (notebook 04, tests).
+"""Minimal reproductions of what goes wrong WITHOUT the flat protocol.
 
 Each function builds the smallest honest case on this package's real quantizers and
 either returns the observed (wrong) result or lets the real error escape:

@@ -137,8 +137,9 @@ def rht_transpose(x2d: torch.Tensor, sign_mask: int) -> torch.Tensor:
     return out
 
 
-#: (groups of 16 rows, columns, warps) per program: the fastest of ten tilings timed on an H200
-#: at 8192 x 4096 and 16384 x 8192 bf16 (all within 15% of each other, near a copy's time)
+#: (groups of 16 rows, columns, warps) per program, one fixed tiling (no autotuning): the
+#: kernel is a copy with a transform, so tilings differ little; its time next to a plain copy
+#: is in benchmarks/results/gpu_check_cuda.json ("kernel_times_8192x4096")
 TILE = (2, 128, 4)
 
 
