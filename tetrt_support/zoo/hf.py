@@ -5,7 +5,7 @@ a tiny seeded config, makes keyword example inputs and names its dynamic dims. C
 enter by rotary embeddings (``llama4``, ``deepseek_v2``), FFTs (``fnet``, ``autoformer``) or a
 vocoder's ISTFT head (``wavtokenizer``, ``xcodec2``, ``neucodec``, through
 :class:`CodecDecoder`; ``xcodec2_model`` and ``neucodec_model`` are the whole models). Which
-whole models do not export: ``docs/architecture.md`` ("Module notes", zoo).
+whole models do not export: ``docs/architecture.md``, section 4.
 """
 
 from __future__ import annotations

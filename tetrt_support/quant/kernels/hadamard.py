@@ -2,8 +2,7 @@
 
 Twin of ``numerics.apply_hadamard(x.t().contiguous(), matrix)``, computed as a fast
 Walsh-Hadamard transform from the sign mask alone; the bytes are the reference's while the
-float64 sums are exact (``docs/architecture.md``, "Module notes", for the bound and why a
-kernel).
+float64 sums are exact (``docs/architecture.md``, section 5, for the bound and the speed).
 """
 
 from __future__ import annotations
