@@ -1,7 +1,7 @@
 """The one set-up call at the top of every notebook.
 
 nbval compares every stored output, stderr included, so everything that could make a
-replay differ is pinned here: seeds, print options, warning filters, the matplotlib backend
+replay differ is pinned here: the RNG state, print options, warning filters, the matplotlib backend
 and figure format, a private inductor cache (why: ``docs/architecture.md``, section 5) and
 progress bars. Stored errors are kept short, free of machine paths and wrapped to
 ``OUTPUT_WIDTH`` (``docs/architecture.md``, section 6).
