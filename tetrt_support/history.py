@@ -1,32 +1,10 @@
 """The broken signature handling that came before the shipped compiler, re-enacted.
 
-Torch-TensorRT's complex support lost the exported call signature in three places (a
-``make_fx`` retrace that drops or mis-restores the pytree codegen, a codegen rebuilt from
-placeholder names at the complex input adapter, an output boundary that missed getitems of
-multi-output blocks), and the first fixes had holes of their own. Each behaviour is a
-:class:`HistoricalPolicy`: the shipped pass list
-:data:`tetrt_support.compiler.pipeline.PASSES` with some passes swapped for the old ones
-defined here. Nothing in the shipped pipeline knows about them.
-
-- :data:`BEFORE_FIX`: a plain ``make_fx`` retrace (placeholders ``arg0_1, ...``, keyword
-  calls fail); complex placeholders renamed ``x_unpacked_complex`` and the codegen rebuilt
-  from those names (position-only calls); a boundary that unpacks only a block call
-  returned directly (a complex output returned through a getitem comes back packed real).
-- :data:`RESTORE_ONLY`: the retrace with the pytree codegen put back over a graph that
-  traced THROUGH it: a dict comes back as its keys, a ``(1, 4)`` tensor as its first row,
-  a dataclass is "not iterable".
-- :data:`FLATTEN_FIX`: the same, flattening the retraced output first (the first fix):
-  make_fx records a namedtuple or registered dataclass as ONE node, so the spec finds one
-  leaf where it expects two.
-- :data:`EVERY_COMPLEX_OUTPUT`: the getitem-following boundary without a dtype check:
-  genuinely complex outputs (eig in a fallback block) get wrapped a second time.
-- :data:`FINAL`: the shipped pass list, for the last column of the matrix.
-
-:func:`signature_matrix` compiles the :data:`CASES` models under each policy on both
-strategies, calls them by position and by keyword, and says what happened.
-
-A showcase module: it imports transformers (the ``zoo`` extra) for the ``ModelOutput``
-case; the shipped compiler never imports it.
+Each :class:`HistoricalPolicy` is :data:`tetrt_support.compiler.pipeline.PASSES` with some
+passes swapped for old ones defined here (:data:`BEFORE_FIX`, :data:`RESTORE_ONLY`,
+:data:`FLATTEN_FIX`, :data:`EVERY_COMPLEX_OUTPUT`, :data:`FINAL`; each documented where it
+is defined). :func:`signature_matrix` compiles :data:`CASES` under each policy and calls them
+by position and by keyword. A showcase module (imports transformers, the ``zoo`` extra).
 """
 
 from __future__ import annotations
@@ -275,6 +253,21 @@ def _before_the_fix(name: str, retrace_mode: str) -> HistoricalPolicy:
     )
 
 
+# Torch-TensorRT's complex support lost the exported call signature in three places: a make_fx
+# retrace that dropped or mis-restored the pytree codegen, a codegen rebuilt from placeholder
+# names at the complex input adapter, and an output boundary that missed getitems of
+# multi-output blocks; the first fixes had holes of their own.
+# - BEFORE_FIX: a plain make_fx retrace (placeholders arg0_1, ...: keyword calls fail), complex
+#   placeholders renamed x_unpacked_complex with the codegen rebuilt from those names
+#   (position-only calls), and a boundary that unpacks only a block call returned directly
+#   (a complex output returned through a getitem comes back packed real).
+# - RESTORE_ONLY: the pytree codegen put back over a graph that traced THROUGH it: a dict comes
+#   back as its keys, a (1, 4) tensor as its first row, a dataclass is "not iterable".
+# - FLATTEN_FIX: the same, flattening the retraced output first (the first fix): make_fx records
+#   a namedtuple or registered dataclass as ONE node, so the spec finds one leaf, not two.
+# - EVERY_COMPLEX_OUTPUT: the getitem-following boundary without a dtype check: genuinely
+#   complex outputs (eig in a fallback block) get wrapped a second time.
+# - FINAL: the shipped pass list.
 BEFORE_FIX = _before_the_fix("before the fix", "plain")
 RESTORE_ONLY = _before_the_fix("restore only", "restore")
 FLATTEN_FIX = _before_the_fix("flatten fix", "flatten")

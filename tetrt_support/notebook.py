@@ -1,16 +1,10 @@
 """The one set-up call at the top of every notebook.
 
 nbval compares every stored output, stderr included, so everything that could make a
-replay differ from the stored run is pinned here: seeds, print options, warning filters,
-the matplotlib backend and figure format, a private inductor cache (a warm shared cache
-once crashed a compile here) and progress bars (they write to stderr).
-
-Stored errors are kept short and free of machine paths: a notebook shows the exception's
-type and message and the innermost frame of the notebook's own code, never the library
-frames, and absolute paths (the virtual environment's ``site-packages``, the checkout,
-the kernel's temporary cell files) are shown relative, and long lines are wrapped to the
-page width (``OUTPUT_WIDTH``). nbval compares an error cell's exception name and message,
-not its traceback, so this changes what a reader sees and nothing of what a replay asserts.
+replay differ is pinned here: the RNG state, print options, warning filters, the matplotlib backend
+and figure format, a private inductor cache (why: ``docs/architecture.md``, section 5) and
+progress bars. Stored errors are kept short, free of machine paths and wrapped to
+``OUTPUT_WIDTH`` (``docs/architecture.md``, section 6).
 """
 
 from __future__ import annotations

@@ -1,38 +1,10 @@
 """``torch.compile(model, backend="tetrt", options={...})``: the compiler as a Dynamo backend.
 
-Torch-TensorRT registers ``"tensorrt"`` / ``"torch_tensorrt"`` with Dynamo; its backend
-takes each graph Dynamo captures (one per region between graph breaks), traces it to ATen
-(``aot_export_joint_simple(..., trace_joint=False)``: inference only) and compiles it
-with the same settings ``torch_tensorrt.compile`` takes. :func:`tetrt_backend` does the
-same with this package's pipeline: each captured graph is exported to ATen
-(``torch.export.export(strict=False)``) and compiled by ``tetrt_support.compile`` with
-``options`` (the names of :class:`~tetrt_support.compiler.settings.CompilationSettings`).
-
-"Backend" here is torch.compile's word: what Dynamo hands its graphs to (Torch-TensorRT's
-``torch_tensorrt_backend``, registered as ``"tensorrt"`` and ``"torch_tensorrt"``, the path
-``torch_tensorrt.compile(ir="torch_compile")`` takes). The ``backend`` keyword of
-``tetrt_support.compile`` (and ``options["backend"]`` here) names something else: the
-engine that builds the engine blocks (``"onnxruntime"``, ``"inductor"``, ...), called
-``engine_name`` inside the compiler. Torch-TensorRT has one engine, so no such keyword.
-
-Differences, each for a reason:
-
-- Dynamo passes the sizes of dynamic dims as SymInt inputs; an engine block takes
-  tensors only, so each size input is recomputed inside the graph from a tensor that
-  carries it (as Torch-TensorRT's ``remove_sym_nodes`` does), and every dynamic dim is
-  exported as ``Dim.DYNAMIC``.
-- Engines have no backward: with grad mode on and an input that requires grad, the
-  backend raises rather than return outputs whose gradients are silently missing
-  (Torch-TensorRT only warns that the model "may be in training mode").
-- ``pass_through_build_failures=False``: a graph that fails to compile as a whole runs as
-  Dynamo gave it, with a warning (Torch-TensorRT's fallback); blocks that fail to build
-  fall back one by one inside ``compile``. ``require_full_compilation=True`` is honoured
-  (Torch-TensorRT ignores it on this path, with a warning).
-
-Registration: importing :mod:`tetrt_support.compiler` registers ``"tetrt"`` (not
-``import tetrt_support``, which stays free of side effects). An installed package also
-declares the backend as a ``torch_dynamo_backends`` entry point, which Dynamo loads on
-first use of ``backend="tetrt"``, with no import at all.
+:func:`tetrt_backend` exports each graph Dynamo captures to ATen and compiles it with
+``tetrt_support.compile`` and ``options``, as Torch-TensorRT's ``"tensorrt"`` backend does
+with its own compiler. "Backend" is torch.compile's word; ``options["backend"]`` names the
+engine of the engine blocks. Importing :mod:`tetrt_support.compiler` registers it.
+Differences from Torch-TensorRT: ``docs/architecture.md`` ("Module notes").
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """An engine with the compile options applied, and the passes that finish their work.
 
-The pipeline asks its engine two things: which nodes it takes (``supports``) and how to
-build a block (``build``). :class:`ConfiguredEngine` answers both with the options of
-:class:`~tetrt_support.compiler.settings.CompilationSettings` applied around the real
-engine, so the passes stay as they are:
-
-- ``torch_executed_ops``: ``supports`` refuses those ops, and ops that decompose to
-  them (Torch-TensorRT's ``OpSupportTester`` checks the same set before its converter
-  registry, on a graph already decomposed to core ATen); :func:`warn_unmatched_executed_ops`
-  names an entry that matches nothing in the graph;
-- ``truncate_double``: a block with float64 inputs or weights is built as float32 and
-  called through casts, float64 outputs cast back (Torch-TensorRT's
-  ``repair_double_inputs`` puts the same casts around the engine in the parent graph);
-- weights of an engine that would bake them into its artifact (ONNX Runtime keeps them
-  as initializers in its ONNX bytes) become inputs of the engine, held as tensors of a
-  :class:`WeightsAsInputs` module, so ``refit_module_weights`` can replace them;
-- a failed build never escapes ``build``: it returns a :class:`FailedBuild`, and the
-  pass :func:`run_failed_builds_in_pytorch` then raises (``pass_through_build_failures``)
-  or renames the block to a fallback block, warning with its name and the error.
-
-:func:`check_full_compilation` is ``require_full_compilation``: it names every op left
-to PyTorch, with its source line.
+:class:`ConfiguredEngine` wraps the real engine's ``supports`` and ``build`` with the options
+of :class:`~tetrt_support.compiler.settings.CompilationSettings` (``torch_executed_ops``,
+``truncate_double``, weights as inputs for refit, failed builds returned as
+:class:`FailedBuild`). :func:`run_failed_builds_in_pytorch` and
+:func:`check_full_compilation` finish ``pass_through_build_failures`` and
+``require_full_compilation``. Details: ``docs/architecture.md`` ("Module notes").
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """``fold_constants``: Torch-TensorRT's post-lowering constant folding, results stored compact.
 
-Torch-TensorRT's post-lowering pass list runs ``constant_fold``: torch's
-``ConstantFolder`` (constructors included) evaluates every node whose inputs are all
-constants (parameters, buffers, tensor constants, ``arange``...), and each value used by
-the rest of the graph becomes a new ``get_attr``. The compile pipeline runs this pass right
-after the complex lowering. It is the same folding, with these differences, each for a reason:
-
-- **compact results.** After the complex lowering, a folded value is typically a strided
-  view: the real or imaginary plane of a packed ``[..., 2]`` buffer (RoPE's frequencies
-  as ``select(-1, 0)``). Kept as a view, a kernel still reads it with a stride of 2;
-  a TensorRT build copies constants into its plan anyway, but a PyTorch back end (eager,
-  inductor) reads them where they lie. So a folded view with gaps is stored contiguous,
-  and equal views (q and k read the same planes) share one tensor. A view without gaps (a
-  transposed weight) is kept as the view: a copy would only double the weight. A
-  broadcast value (a stride of 0: a mask expanded over the batch) is stored once, and
-  expanded again in the graph.
-- **mutated state stays live.** A buffer the graph writes (``copy_`` into it, an in-place
-  op on it) is not a constant: nothing computed from it is folded, and no mutating op is
-  evaluated. ``ConstantFolder`` itself assumes mutations were removed.
-- **the caller's module is not changed.** The pass folds a copy of the graph module
-  (sharing its tensors) and returns it.
-- **refit can recompute them.** A folded value computed from weights would keep the old
-  weights after a refit. Torch-TensorRT's refit lowers the new program again; here the
-  folded module keeps a :class:`FoldedConstants` in ``meta[FOLDED_KEY]``: the constant
-  subgraph alone, which :func:`~tetrt_support.compiler.refit.refit_module_weights` runs on
-  the new weights.
+Every node whose inputs are all constants is evaluated once and stored as a ``get_attr``,
+as torch's ``ConstantFolder`` does, except that strided views are stored contiguous, mutated
+state stays live, the caller's module is not changed, and the constant subgraph is kept
+(:class:`FoldedConstants`, ``meta[FOLDED_KEY]``) for refit. Why: ``docs/architecture.md``
+("The compile pipeline" and "Module notes").
 """
 
 from __future__ import annotations

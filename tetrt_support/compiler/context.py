@@ -1,15 +1,10 @@
 """The pass contract: every compiler pass is a :class:`Pass`, ``(gm, ctx) -> gm``.
 
-``gm`` is the module being compiled; ``ctx`` is the :class:`CompileContext`: what ``compile``
-was asked, and what earlier passes found. Those facts live on ``ctx`` and nowhere else
-while the passes run, because a pass may hand on a NEW module (the retrace lowering,
-constant folding) and ``gm.meta`` would have to be copied over by hand at each such
-hand-over; ``ctx`` outlives them all. ``gm.meta`` is written once, by the last pass
-(``as_compiled_module``): it is the compiled module's record, read after the compile by
-what sees only the module (``blocks()``, ``complex_io()``, ``refit_module_weights``,
-``save``). A helper that is also used on its own (``lower``, ``fold_constants``) returns
-its record in ``meta``; the pass that calls it moves that record to ``ctx``.
-
+``ctx`` is the :class:`CompileContext`: what ``compile`` was asked and what earlier passes
+found. Those facts live on ``ctx`` only, since a pass may hand on a NEW module; ``gm.meta`` is
+written once, by the last pass, as the compiled module's record (read by ``blocks()``,
+``complex_io()``, ``refit_module_weights``, ``save``). A helper also used on its own
+(``lower``, ``fold_constants``) returns its record in ``meta``; its pass moves it to ``ctx``.
 This module imports nothing at run time, so any module of passes can import it.
 """
 

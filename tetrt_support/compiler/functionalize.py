@@ -1,17 +1,10 @@
 """Turn in-place writes through views into functional ops before partitioning.
 
-``torch.export`` (its training IR) keeps in-place ops on tensors made inside the graph:
-``q = a.new_empty(n, 8); q[:, :4] = a`` exports as ``slice(new_empty) -> copy_``, a write
-whose only trace in the graph is an op with no users. An engine that exports its block
-(ONNX Runtime through torch.onnx) may drop that write and return the uninitialised buffer,
-while the block summary says all is well: a silent wrong answer. DeepSeek-V2's attention
-builds its keys exactly so.
-
-:func:`functionalize_view_writes` rewrites each such ``copy_`` into the scatter op of its
-view (``slice_scatter``, ``select_scatter``), chained back to the base tensor, and makes
-every later reader of the base read the new value, which is what functionalization does
-for these views. What it cannot prove safe it leaves alone, and :func:`writes_in_place`
-lets an engine refuse the op: a mutation it did not rewrite runs in PyTorch.
+:func:`functionalize_view_writes` rewrites each ``copy_`` into a view of a tensor made in the
+graph (``slice(new_empty) -> copy_``) into the view's scatter op, chained back to the base,
+so an engine that exports its block cannot drop the write (``docs/architecture.md``,
+"Module notes", view writes). What it cannot prove safe it leaves alone;
+:func:`writes_in_place` lets an engine refuse such an op, which then runs in PyTorch.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Complex inputs and outputs at the edge of a compiled module.
 
-Inside, a lowered graph carries every complex value as a real tensor with a trailing
-``[..., 2]`` (real, imag) dimension. Outside, the user passes and receives complex
-tensors, exactly as with ``ep.module()``. So the compiled module gets:
-
-- a ``view_as_real`` right after each complex input, a conjugate view resolved first
-  (:func:`add_input_adapters`);
-- a ``view_as_complex`` right before each output that was complex in the exported
-  program AND is packed as real at that point (:func:`add_output_adapters`).
-
-The "packed" test matters. An op with no complex rule runs complex in a fallback block
-(``torch.linalg.eig``); its output is already complex when it reaches the boundary, and
-wrapping it again fails with "view_as_complex is only supported for half, float and
-double tensors, but got a tensor of scalar type: ComplexFloat". (Older boundaries that
-chose their outputs otherwise are re-enacted in :mod:`tetrt_support.history`.)
+Inside, complex values travel as real ``[..., 2]`` tensors; outside, the caller passes and
+receives complex tensors as with ``ep.module()``. :func:`add_input_adapters` puts a
+``view_as_real`` after each complex input (a conjugate view resolved first);
+:func:`add_output_adapters` a ``view_as_complex`` before each output that was complex in the
+exported program AND is packed real there: an output computed complex in a fallback block
+(``torch.linalg.eig``) passes untouched.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Split a lowered graph into engine blocks and PyTorch fallback blocks.
 
-After lowering, complex values survive only around ops that have no complex rule (they
-are wrapped ``view_as_complex -> op -> view_as_real``). An engine without complex dtypes
-(TensorRT, ONNX Runtime) can take a node only if every value it reads or writes is real
-AND the engine implements the op. :class:`EngineSupport` says exactly that, and
-``torch.fx``'s :class:`CapabilityBasedPartitioner` (the partitioner Torch-TensorRT builds
-on) groups the capable nodes into cycle-free blocks. A second pass groups what is left
-into fallback blocks that run in PyTorch, so the compiled module is a short list of block
-calls: ``engine_0``, ``fallback_0``, ...
-
-A block with several outputs returns each through an ``operator.getitem`` in the parent
-graph; :func:`block_of` follows such a getitem back to its block, which is what the
-output boundary must do (a getitem of a block IS that block's output).
-
-An engine block that cannot stay one after it is built (its build failed, or it does not
-match PyTorch) is demoted by :func:`run_block_in_pytorch`, the one place that renames a block.
+:class:`EngineSupport` takes a node only if every value it reads or writes is real and the
+engine implements the op; torch.fx's ``CapabilityBasedPartitioner`` (as in Torch-TensorRT)
+groups such nodes into blocks, and what is left becomes fallback blocks: ``engine_0``,
+``fallback_0``, .... :func:`block_of` follows a multi-output block's ``getitem`` back to the
+block; :func:`run_block_in_pytorch` is the one place that demotes (renames) a block.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """``compile``: an exported program into engine blocks, keeping its call signature.
 
-The compiler is the ordered list :data:`PASSES`; each pass is a
-:class:`~tetrt_support.compiler.context.Pass`, ``(gm, ctx) -> gm``, over the module being
-compiled and a :class:`~tetrt_support.compiler.context.CompileContext` (what ``compile`` was
-asked, and what earlier passes found: :mod:`.context` lists each field and says why the
-facts travel on ``ctx``, not in ``gm.meta``).
-Read top to bottom, the list is the whole pipeline, as Torch-TensorRT's lowering pass
-lists are: drop export's guard call, lower complex arithmetic to real ``[..., 2]``
-arithmetic, fold what is constant, partition into engine and PyTorch fallback blocks,
-build and check the engine blocks, put complex I/O adapters at the edge, keep the exported
-signature, check the inputs first, and return a :class:`CompiledModule`. Each pass's docstring says why it
-is there; the list itself is the one place that says in which order.
-
-:mod:`tetrt_support.history` runs other pass lists over the same passes to re-enact the
-broken behaviours that came before this one.
+The compiler is the ordered list :data:`PASSES` of
+:class:`~tetrt_support.compiler.context.Pass` functions, ``(gm, ctx) -> gm``; read top to
+bottom it is the whole pipeline, as Torch-TensorRT's lowering pass lists are. Each pass's
+docstring says why it is there (``docs/architecture.md``, "The compile pipeline", tabulates
+them); :mod:`tetrt_support.history` re-enacts older behaviours with other pass lists.
 """
 
 from __future__ import annotations

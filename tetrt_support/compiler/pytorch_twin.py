@@ -1,17 +1,10 @@
 """A compiled module's twin in plain PyTorch ops: what ``torch.export`` can trace and save.
 
-An engine block is a Python object around an engine (an ONNX Runtime session over ONNX
-bytes, a TensorRT plan): ``torch.export`` cannot trace into it, and
-``torch.export.save`` cannot store it. Torch-TensorRT solves that with a TorchBind engine
-class and a custom op (``torch.ops.tensorrt.execute_engine``) that its runtime registers.
-This package has no such runtime to ship, so a saved program keeps each engine block as
-its REAL GRAPH instead: the lowered, real-arithmetic ATen graph the engine was built
-from, with the same weights. The program then loads with ``torch.export.load`` in any
-process (no tetrt_support import, no custom op library) and computes what the engines
-computed; what it does not keep is the engine itself (the ``"pickle"`` format does).
-
-:func:`as_pytorch` builds the twin without touching the compiled module: the graph is
-copied, blocks are swapped on the copy, and tensors are shared, not copied.
+Each engine block is replaced by the lowered, real-arithmetic ATen graph it was built from,
+with the same weights, so a saved program loads with ``torch.export.load`` in any process
+and computes what the engines computed (``docs/architecture.md``, "Module notes").
+:func:`as_pytorch` builds the twin on a copy of the graph, sharing tensors, without touching
+the compiled module.
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """``refit_module_weights``: new weights into a compiled module, partition and engines kept.
 
-Torch-TensorRT's ``refit_module_weights(compiled, new_weight_module)`` puts the weights of
-a model of the same architecture into the compiled module's engines without building
-them again. Here every weight the compiled module computes with is one of:
-
-- an attribute of a block's ATen graph (PyTorch fallback blocks, eager and inductor
-  engine blocks), named as in the exported program (``layers.0.mlp.weight``);
-- a tensor of a :class:`~tetrt_support.compiler.configured_engine.WeightsAsInputs`
-  block (ONNX Runtime), fed to the engine as an input, under the same names.
-
-So a refit is: check the new weights against the architecture the module was compiled
-from (:data:`WEIGHTS_KEY`, recorded by :func:`record_refit_weights`), then give each of those
-tensors its new value, packed as the compile packed it: a complex parameter or buffer
-as its ``view_as_real`` (the lowering's ``[..., 2]`` layout), a float64 one as float32
-inside an engine block built with ``truncate_double``. Values the compile folded from
-weights (:mod:`~tetrt_support.compiler.constant_folding`: RoPE's frequency planes, a mask)
-are computed again from the new weights by the folded constant subgraph, as
-Torch-TensorRT's refit lowers the new program again, and replaced the same way. Each
-block must find ALL the weights it was built with (recorded per block by the same pass):
-an engine that keeps its weights where refit cannot reach them (a TensorRT plan) raises,
-naming it.
-
-Every new weight is checked (name, shape, dtype, device, and that it holds data: not meta,
-not fake) and packed before anything is replaced; a refit that raises leaves the module
-exactly as it was. As in Torch-TensorRT, ``in_place=False`` (the default) refits a deep
-copy and returns it; ``in_place=True`` refits ``compiled`` itself. Tensors are replaced,
-never written into: the compiled module shares its weights with the program it was
-compiled from, which must not change.
+As Torch-TensorRT's function of that name: each weight the compiled module computes with
+(recorded by :func:`record_refit_weights`) gets its new value, packed as the compile packed
+it, and values folded from weights are computed again. Everything is checked before
+anything is replaced; ``in_place=False`` (default) refits a copy. Details:
+``docs/architecture.md`` ("Module notes", Refit).
 """
 
 from __future__ import annotations

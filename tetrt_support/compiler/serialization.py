@@ -1,58 +1,10 @@
-"""Save and load compiled modules without losing their call signature, in three formats.
+"""Save and load compiled modules without losing their call signature.
 
-``output_format="exported_program"`` (the default, as in ``torch_tensorrt.save``)
-re-exports the module and writes it with ``torch.export.save``: any process reads it
-back with ``torch.export.load``, or with :func:`load`, which runs no code from the file
-(:mod:`tetrt_support.compiler.safe_pt2`); engine blocks are kept as the ATen graphs they were
-built from (:mod:`tetrt_support.compiler.pytorch_twin`). ``output_format="aot_inductor"``
-compiles that same re-exported program with AOTInductor
-(``torch._inductor.aoti_compile_and_package``: C++ compiled here, a shared library in
-the ``.pt2`` package) for ``torch._inductor.aoti_load_package``; loading it runs that
-native code, so :func:`load` reads it only with ``trusted=True``.
-``output_format="torchscript"`` (Torch-TensorRT's ``torch.jit.trace``) is refused:
-:class:`UnsupportedOutputFormat` says why. ``extra_files={name: text}`` are stored in the
-archive's ``extra/`` folder (every format but pickle's, which keeps them in its payload)
-and read back by ``load(..., extra_files=d)``, as ``torch.export.save``/``load`` do.
-``output_format="pickle"`` keeps the module itself, engines included, and is the rest of
-this docstring.
-
-Why not plain ``torch.save(gm)``: ``GraphModule.__reduce__`` saves the generated Python
-code and *re-traces* it with ``torch.fx.Tracer`` on load. That loses the graph's
-``_PyTreeCodeGen`` (the retrace inlines ``tree_flatten_spec`` / ``tree_unflatten`` as
-ordinary nodes and ends with a plain ``CodeGen``) and the module's class, traces through
-any plain Python function the graph calls, and on ``ep.module()`` fails even earlier:
-its hooks and its ``_guards_fn`` are local functions (``Can't pickle local object
-'_create_stateful_graph_module.<locals>.<lambda>'``).
-
-So :func:`save` pickles every ``fx.GraphModule`` in the module tree (the compiled module,
-and any GraphModule inside its engine blocks) as its *graph* instead: one record per
-node (op, name, target, args with nodes named), the module state without the graph, and
-the codegen object itself (``_PyTreeCodeGen`` with its ``in_spec`` / ``out_spec``).
-:func:`load` rebuilds the graph node by node and puts the same codegen back, so
-keyword inputs and namedtuple / dataclass / dict / ``ModelOutput`` outputs work as before.
-Engine blocks pickle their own way (ONNX model bytes, a block to recompile lazily).
-
-Plain ``torch.save`` of a compiled module does "work", but by that retrace: it comes back
-as a plain ``GraphModule`` with a plain ``CodeGen`` (tested).
-
-What is not kept: node metadata other than ``stack_trace`` (fake values do not pickle),
-tracer state (make_fx's ``shape_env``), and torch.export's ``_guards_fn``, whose code
-exists only as a local function. So a loaded ``ep.module()`` still checks the STRUCTURE
-of its inputs (its pre-hook: positional/keyword split, keyword names), but no longer
-their shapes against the export's ranges (those checks read the dropped fake values);
-a wrong shape fails inside the graph instead.
-
-Trust: loading the pickle format unpickles arbitrary objects (``torch.load(weights_only=False)``),
-which can run code chosen by whoever wrote the file, so :func:`load` reads it only with
-``trusted=True``.
-
-Output/input types of the signature (namedtuple, registered dataclass, ``ModelOutput``
-subclasses) are saved by reference: their classes must be importable, under the same
-module and name, when loading (a class defined inside a function, or in a notebook's
-``__main__`` that the loading process does not define, cannot be found), and a
-registered dataclass must be registered with ``torch.utils._pytree`` again before
-:func:`load` (importing the module that registers it is enough). Both are checked,
-naming the missing type.
+:func:`save` writes ``output_format`` ``"exported_program"`` (default), ``"aot_inductor"`` or
+``"pickle"`` (``"torchscript"`` is refused); :func:`load` reads them back and runs code from
+a file only with ``trusted=True``. The pickle format stores each ``fx.GraphModule`` as its
+graph and codegen, so keyword inputs and structured outputs survive. Why not plain
+``torch.save``, and what is not kept: ``docs/architecture.md`` ("Module notes", Saving).
 """
 
 from __future__ import annotations

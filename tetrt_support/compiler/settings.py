@@ -1,19 +1,10 @@
 """The options of ``tetrt_support.compile``, named and defaulted as Torch-TensorRT names them.
 
-A Torch-TensorRT user writes ``torch_tensorrt.compile(model, arg_inputs=...,
-min_block_size=..., torch_executed_ops=..., require_full_compilation=...,
-pass_through_build_failures=..., truncate_double=...)`` or passes the same names in
-``torch.compile(..., options={...})``. :class:`CompilationSettings` holds them (the name of
-Torch-TensorRT's own settings class) and :func:`settings_from_options` checks them once,
-up front: an unknown option or a value outside its choices raises, naming the option and
-what it accepts, before anything is exported or built.
-
-Defaults follow ``torch_tensorrt/dynamo/_defaults.py`` where an option exists there
-(``MIN_BLOCK_SIZE = 5``, the three flags ``False``, no ops forced to PyTorch). The two
-options of this package: ``backend`` (the engine for engine blocks; ``"onnxruntime"`` is
-the default because it is the engine without complex dtypes that runs on a CPU, where
-Torch-TensorRT's default is its TensorRT engine) and ``strategy`` (how complex arithmetic
-is lowered; Torch-TensorRT's ``use_complex_decomposition`` chooses between the same two).
+:class:`CompilationSettings` holds ``min_block_size``, ``torch_executed_ops``,
+``require_full_compilation``, ``pass_through_build_failures``, ``truncate_double`` and this
+package's ``backend`` and ``strategy``; :func:`settings_from_options` checks them once, up
+front, naming an unknown option or a bad value and what it accepts. Defaults:
+``docs/architecture.md`` ("Module notes", settings).
 """
 
 from __future__ import annotations

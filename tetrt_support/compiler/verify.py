@@ -1,36 +1,10 @@
 """Check every engine block against PyTorch on the example inputs, when it is built.
 
-An engine can be wrong without failing: an in-place write it drops, a dtype it narrows, an
-op it translates differently. Neither Torch-TensorRT nor ONNX Runtime compares an engine
-with the graph it was built from, so a wrong engine block reaches the user as a wrong
-number. These two passes do compare, by default:
-
-- :func:`keep_reference_blocks` (before the engines build) keeps a PyTorch copy of every
-  engine block's graph;
-- :func:`check_engine_blocks` (after) runs the compiled graph on the example inputs; at
-  each engine block it runs the block's PyTorch copy on the same inputs and compares
-  every output. A mismatch raises :class:`EngineMismatchError` naming the block, its first
-  differing output and the error (``on_engine_mismatch="raise"``, the default), or runs the
-  block in PyTorch with a warning saying the same (``"fallback"``).
-  ``check_engine_blocks=False`` skips the check.
-
-- :func:`check_whole_program` (last) compares the compiled module with ``ep.module()`` on
-  the example inputs, output by output: what no single block shows (a write in one block
-  to a tensor another block reads) shows there, and raises naming the output.
-
-What a block computes from the indices of a ``sort``, ``argsort`` or ``topk`` is not
-compared block by block: with ties, two correct engines order equal keys differently
-(PyTorch's CPU sort is not stable, ONNX's is), so such outputs may differ (a mixture of
-experts' tokens grouped by expert) while what the model computes from them does not;
-:func:`check_whole_program` still compares the model's outputs.
-
-Outputs agree when they have the same shape and dtype, NaN where PyTorch has NaN, the same
-infinities, and a largest difference within ``RTOL`` of the output's largest magnitude (or
-``ATOL``, for outputs that are all near zero). For bf16 and fp16 outputs the relative bound
-is ``LOW_PRECISION_ULPS`` units of the dtype's epsilon instead: an engine that fuses or
-reorders the ops of a block rounds its intermediates elsewhere, so a correct bf16 engine
-differs from PyTorch by a few bf16 ulps (one 16-op Llama 4 block on ONNX Runtime: 1.6), far
-above a float32 bound, while a wrong engine differs by the size of the values.
+:func:`keep_reference_blocks` keeps a PyTorch copy of each engine block before the build;
+:func:`check_engine_blocks` compares each built block with it (``on_engine_mismatch``:
+``"raise"`` an :class:`EngineMismatchError` or ``"fallback"`` to PyTorch with a warning);
+:func:`check_whole_program` compares the compiled module with ``ep.module()``. Tolerances
+and the exception for sort indices: ``docs/architecture.md`` ("Module notes").
 """
 
 from __future__ import annotations

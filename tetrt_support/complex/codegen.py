@@ -1,18 +1,10 @@
 """Keep an exported module's call signature across a ``make_fx`` retrace.
 
-``ep.module()`` carries a ``_PyTreeCodeGen``: ``forward`` takes the user's positional
-and keyword arguments, flattens them by ``in_spec`` and rebuilds the output pytree by
-``out_spec``. A retrace of that ``forward`` yields a plain ``CodeGen`` with placeholders
-``arg0_1, ...`` (keyword calls fail), and, worse, traces THROUGH the output rebuild:
-make_fx records a namedtuple or registered dataclass output as ONE call_function node.
-Restoring the out_spec over such a graph, or flattening its output, is wrong (a
-dataclass is not iterable; a dict comes back as its keys: :mod:`tetrt_support.history`
-re-enacts both).
-
-The right fix, implemented here: give the graph a plain ``CodeGen()`` WHILE retracing,
-so the retrace sees flat inputs and returns the graph's flat outputs; then put the
-original pytree codegen back on the input module and on the retraced one, and rename
-the retraced placeholders back to the original names.
+The graph gets a plain ``CodeGen()`` WHILE retracing, so the retrace sees flat inputs and
+returns flat outputs; then the original ``_PyTreeCodeGen`` goes back on the input module and
+the retraced one, and the retraced placeholders get their original names. Why the simpler
+fixes fail (``docs/architecture.md``, section 4): a retrace traces THROUGH the output rebuild;
+:mod:`tetrt_support.history` re-enacts them.
 """
 
 from __future__ import annotations

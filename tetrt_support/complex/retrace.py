@@ -1,20 +1,10 @@
 """The "retrace" strategy: re-record the graph with complex values carried as real pairs.
 
-A make_fx decomposition table cannot turn a complex value into a real one mid-graph.
-What works (and what Torch-TensorRT's decomposition path does with a tensor subclass) is
-an ``fx.Interpreter`` run under ``make_fx``: the interpreter keeps each complex value as
-its packed real ``[..., 2]`` tensor and, for each complex node, calls the SAME rule from
-:data:`~tetrt_support.complex.rules.RULES` that the rewrite strategy uses; make_fx
-records the real ops. ``pre_dispatch=True`` keeps ``aten.linear`` and
-``scaled_dot_product_attention`` as they were exported.
-
-The trace runs on the graph's fake tensors (``node.meta["val"]``), so its symbolic dims
-(batch, sequence) carry over; :func:`~tetrt_support.complex.lower.lower` has rebuilt them on
-a copy of the program's ShapeEnv first (:mod:`tetrt_support.complex.shape_env`), so guards
-that meta kernels record while retracing never narrow the caller's ranges. Afterwards the module keeps
-its parameters and buffers under their original names (make_fx's
-``_param_constantN``/``_tensor_constantN`` are mapped back by identity) and its call
-signature (:func:`~tetrt_support.complex.codegen.retrace_preserving_signature`).
+An ``fx.Interpreter`` runs under ``make_fx(pre_dispatch=True)`` on the graph's fake tensors,
+keeps each complex value as its packed ``[..., 2]`` tensor and calls, for each complex node,
+the same rule from :data:`~tetrt_support.complex.rules.RULES` as the rewrite strategy. Symbolic
+dims carry over (on a copy of the ShapeEnv, :mod:`tetrt_support.complex.shape_env`), and the
+module keeps its parameter names and call signature (``docs/architecture.md``, section 4).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Give a graph module its own copy of the ShapeEnv its fake tensors live in.
 
-``ep.module()`` copies the graph but not the fake tensors of ``node.meta["val"]``: they,
-and the ShapeEnv their symbolic sizes belong to, are the caller's. Any pass that runs
-an op on them records guards THERE. A retrace runs every op of the program again under
-``make_fx``, and some meta kernels guard on sizes they only inspect (on CPU, the
-convolution backend choice refines a codec's ``length`` range to ``length < 16``): the
-caller's program would come back narrowed, its next export or compile wrong.
-
-:func:`use_private_shape_env` rebuilds every ``meta["val"]`` (and ``tensor_meta``) of a
-graph module on a fresh fake mode whose ShapeEnv is a copy of the original one: same
-symbols, ranges, replacements and guards, so dims stay dynamic and every symbol keeps its
-name, but what the passes record from then on stays with the copy.
+``ep.module()`` shares the caller's fake values and ShapeEnv, and meta kernels record guards
+into it while a retrace runs (``docs/architecture.md``, "The compile pipeline").
+:func:`use_private_shape_env` rebuilds every ``meta["val"]`` (and ``tensor_meta``) on a fresh
+fake mode whose ShapeEnv copies the original (symbols, ranges, replacements, guards), so dims
+stay dynamic under their names and later guards stay with the copy.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """TransformerEngine's quantizers and quantized tensors, traceable by torch.compile.
 
-Pure PyTorch, CPU and CUDA, numerics bit for bit as TransformerEngine's kernels compute
-them (:mod:`tetrt_support.quant.numerics`). Formats, one module each (quantizer and
-tensor together, TE's ``tensor/`` layout):
-
-- :mod:`.float8_tensor`: :class:`Float8Quantizer` (FP8 delayed scaling; holds live
-  tensors: identity semantics) and :class:`Float8CurrentScalingQuantizer`;
-- :mod:`.float8_blockwise_tensor`: :class:`Float8BlockQuantizer`, fp32 scales per 1x128 /
-  128x128 block;
-- :mod:`.mxfp8_tensor`: :class:`MXFP8Quantizer`, E8M0 scales per 1x32 / 32x1 (or 32x32) block;
-- :mod:`.nvfp4_tensor`: :class:`NVFP4Quantizer`, E2M1 packed two per byte, E4M3 scales per
-  1x16 (or 16x16) block, an fp32 global scale, optional random Hadamard transform,
-  stochastic rounding, row-scaled amaxes and 4over6 block selection.
-
-Constructor defaults are TE's (both usages, 128x128 blockwise, ...; listed with their TE
-sources in ``tests/quant/test_te_defaults.py``); scale buffers are laid out as TE allocates
-them (:mod:`.scale_layouts`).
-
-The four stateless quantizers are value types, registered by their own modules through
-:mod:`tetrt_support.quant.dynamo` (the only registration this package does at import).
-:class:`Linear` runs its forward and backward as ``torch.library`` custom ops, with two
-interchangeable fake-impl designs (``fake_impl="tensor_proto" | "make_empty_traceable"``).
-TransformerEngine cannot be installed on the CPU machines used here; on a GPU machine its
-kernels were run against these quantizers once, for FP8 delayed and current scaling only
-(``docs/architecture.md``, "Equal to TE").
+Pure PyTorch, numerics bit for bit as TE's kernels (:mod:`.numerics`); one module per format
+(:mod:`.float8_tensor`, :mod:`.float8_blockwise_tensor`, :mod:`.mxfp8_tensor`,
+:mod:`.nvfp4_tensor`) with TE's constructor defaults and scale layouts. The four stateless
+quantizers are value types (:mod:`.dynamo`). :class:`Linear` runs as ``torch.library``
+custom ops with two fake-impl designs. What was compared with TE itself:
+``docs/architecture.md`` ("Equal to TE").
 """
 
 from __future__ import annotations

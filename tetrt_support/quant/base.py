@@ -1,49 +1,13 @@
 """The base Quantizer and QuantizedTensor, and the buffer machinery the formats share.
 
-**Quantizer.** How to turn a high-precision tensor into a quantized one: usages
-(row-wise / column-wise), ``quantize`` / ``make_empty`` / ``describe_buffers``, copies,
-and value identity.
+:class:`Quantizer` turns a high-precision tensor into a quantized one (usages, ``quantize``,
+``make_empty``, ``describe_buffers``, copies) and has opt-in value identity
+(:func:`tetrt_support.quant.dynamo.register_value_quantizer`). :class:`QuantizedTensor` is a
+traceable wrapper subclass that looks like the tensor it stands for; ops other than a few
+kept quantized run on dequantized values. Details: ``docs/architecture.md`` ("Module notes").
 
-Why value identity: torch.compile guards on the objects a compiled function reads. A
-quantizer compared by identity makes every new-but-equal quantizer (a copy, one rebuilt
-per step) a guard failure and a recompile; one compared by value lets equal quantizers
-share one graph and a different configuration recompile exactly once. Value identity is
-OPT-IN, per class, through :func:`tetrt_support.quant.dynamo.register_value_quantizer`:
-the value fields are the class's annotated attributes (declared once, base class first;
-``ClassVar`` and ``_private`` names excluded), validated and stored on the class at
-registration, and looked up in the class's OWN ``__dict__`` -- so a subclass of a value
-quantizer is an identity quantizer until it registers itself (its extra state could
-otherwise be ignored by ``__eq__`` and a compiled graph wrongly reused). A quantizer
-holding live tensors (FP8 delayed scaling's scale and amax history) is never registered.
-
-The value machinery is one chain: :meth:`Quantizer._value_fields` names the fields,
-:meth:`Quantizer._value_key` turns them into a hashable key (and is the single place that
-refuses a held ``torch.distributed.ProcessGroup``), and ``__eq__``, ``__hash__`` and
-``__fx_repr__`` (:mod:`tetrt_support.quant.dynamo`) all go through the key. Derived state
-(NVFP4's Hadamard matrix) lives in ``_derived_*`` attributes, rebuilt by
-:meth:`Quantizer._rebuild_derived_state` and never part of the key.
-
-Hazard avoided by design: no method here or in a subclass is a ``@staticmethod`` called
-through ``self``; Dynamo's guard generation on a value-opaque object crashed on that
-(``'function' object has no attribute '__func__'``). Helpers are module functions.
-
-**QuantizedTensor.** It looks like the high-precision tensor it stands for (its logical
-shape and a "fake dtype", the original dtype) while holding the quantized buffers inside.
-It is a traceable wrapper subclass (``__tensor_flatten__`` / ``__tensor_unflatten__``), so
-torch.compile and AOTAutograd can take it apart into plain tensors and rebuild it.
-
-What ``__torch_dispatch__`` does with an op on a quantized tensor:
-
-- ``detach`` / ``alias``: a new wrapper over the same buffers (stays quantized);
-- ``clone``: a wrapper over cloned buffers;
-- ``_to_copy`` (``.to``): a change of device moves the buffers and a change among the
-  high-precision dtypes changes the fake dtype -- both stay quantized; anything else
-  dequantizes;
-- ``copy_`` INTO a quantized tensor re-quantizes the source with the destination's
-  quantizer (TransformerEngine's behaviour for parameters);
-- any other op mutating a quantized argument raises (it would only update a temporary);
-- everything else -- views on the logical tensor included -- runs on ``dequantize()``d
-  arguments and returns plain tensors. Slower, never silently wrong.
+No method here or in a subclass is a ``@staticmethod`` called through ``self``: Dynamo's
+guard generation on a value-opaque object crashed on that. Helpers are module functions.
 """
 
 from __future__ import annotations

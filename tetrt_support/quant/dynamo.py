@@ -1,28 +1,10 @@
 """The torch.compile glue: value-quantizer registration, ``__fx_repr__`` and its rebuild.
 
-A value ("constant") opaque type is baked into the compiled graph as a constant: Dynamo
-guards on ``__eq__`` (equal quantizers share one graph, a different value recompiles),
-FakeTensor caching uses ``__hash__`` and FX code rebuilds it from ``__fx_repr__``. A
-custom op can then take the quantizer itself as an argument.
-
-:func:`register_value_quantizer` is the one opt-in point. It reads the class's value
-fields from its annotations, checks that each is a plain value (bool, int, float, str,
-torch.dtype), stores them on the class (which turns on value ``__eq__``/``__hash__``, see
-:mod:`tetrt_support.quant.base`) and registers the class with torch. Without torch's
-opaque-object API (torch < 2.11) the value semantics still hold; only the compile
-specialisation is skipped, with ONE warning.
-
-API differences handled here (registration never crashes import):
-
-- torch >= 2.14: ``register_custom_class(cls, typ="constant")`` (``register_opaque_type``
-  and ``typ="value"`` still work there but log deprecation warnings);
-- torch 2.11 - 2.13: ``register_opaque_type(cls, typ="value")``; on 2.11/2.12 the class
-  also needs the ``OpaqueBaseMeta`` metaclass (the Quantizer base picks it by version).
-
-The value fields and the flag are also registered as USE_REAL members: torch 2.11 lets
-Dynamo read only registered members of an opaque object (2.14 reads any attribute of a
-constant type). Measured on torch 2.11 + CUDA (H200): registration, the flag and fullgraph
-compiles of ops taking a quantizer all work.
+A value opaque type is a constant of the compiled graph: Dynamo guards on ``__eq__``,
+FakeTensor caching uses ``__hash__``, FX code rebuilds it from ``__fx_repr__``, and a custom
+op can take the quantizer as an argument. :func:`register_value_quantizer` is the one opt-in
+point; it handles torch's API differences across versions and never crashes import
+(``docs/architecture.md``, "Module notes", value identity).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """FP8 blockwise scaling (DeepSeek-V3 style): one fp32 scale per 1x128 or 128x128 block.
 
-1x128 blocks (``block_scaling_dim=1``) suit activations and gradients, 128x128 blocks
-(``block_scaling_dim=2``) weights, as in TE's ``Float8BlockScaling`` recipe. Each block's
-scale follows TE's current-scaling rule with the input dtype's max standing in for an
-infinite scale, power-of-two scales by default
+``block_scaling_dim=1`` (1x128: activations, gradients) or ``2`` (128x128: weights, the
+default), as in TE's ``Float8BlockScaling``; each block follows TE's current-scaling rule
+with power-of-two scales by default
 (:func:`~tetrt_support.quant.numerics.float8_blockwise_quantize`). Any shape is accepted:
-edge blocks are partial (the scale grid is ceil-divided, padding is zeros and never raises
-an amax). Column-wise data is the recipe applied to x^T; as TE allocates them, row-wise
-data keeps the input's N-D shape and column-wise data is ``(shape[-1], *shape[:-1])``
-(the 2-D view (K, M)).
-Scale buffers are TE's GEMM-ready layout (:mod:`tetrt_support.quant.scale_layouts`):
-1x128 scales stored transposed, (K/128, M) with M padded to a multiple of 4; 128x128
-scales (M/128, K/128) with the inner dim padded to a multiple of 4; zero padding. The
-defaults are TE's quantizer's: 128x128 blocks, power-of-2 scales, both usages.
+edge blocks are partial, their zero padding never raises an amax. Data shapes are TE's (column-wise ``(shape[-1], *shape[:-1])``) and
+scales TE's GEMM-ready layout (:mod:`tetrt_support.quant.scale_layouts`).
 """
 
 from __future__ import annotations

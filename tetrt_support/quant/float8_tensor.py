@@ -1,18 +1,12 @@
 """Per-tensor FP8: delayed scaling (identity) and current scaling (value), and Float8Tensor.
 
-Both quantizers produce a :class:`Float8Tensor`: FP8 data with one fp32 ``scale_inv`` for
-the whole tensor. They differ in where the scale comes from:
-
-- delayed scaling (:class:`Float8Quantizer`) casts with a scale computed from the amax
-  history of EARLIER steps and records this step's amax; the scale and history are live
-  tensors that change between calls, so this quantizer keeps identity semantics (it is
-  never registered as a value type: its annotated tensor fields would be refused);
-- current scaling (:class:`Float8CurrentScalingQuantizer`) computes amax = max|x| of the
-  tensor being quantized (optionally all-reduced over a process group passed per call)
-  and scale = fp8_max / amax; it holds no state, so it has value semantics.
-
-The numerics are :func:`~tetrt_support.quant.numerics.float8_current_scaling_quantize`
-and :func:`~tetrt_support.quant.numerics.delayed_scaling_update`.
+Both quantizers produce a :class:`Float8Tensor` (FP8 data, one fp32 ``scale_inv``).
+:class:`Float8Quantizer` (delayed scaling) casts with a scale from the amax history of earlier
+steps, held in live tensors, so it keeps identity semantics;
+:class:`Float8CurrentScalingQuantizer` computes ``fp8_max / amax`` of the tensor itself
+(optionally all-reduced per call) and is a value type. Numerics:
+:func:`~tetrt_support.quant.numerics.float8_current_scaling_quantize` and
+:func:`~tetrt_support.quant.numerics.delayed_scaling_update`.
 """
 
 from __future__ import annotations

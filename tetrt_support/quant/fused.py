@@ -6,7 +6,7 @@ an FP8 GEMM those passes cost about as much as the GEMM. Inductor fuses them int
 reduction and one pointwise kernel. The compiled function is written with the same
 :mod:`~tetrt_support.quant.numerics` functions as the eager path, so it produces the same
 bytes (``tests/quant/test_fused.py`` checks this through inductor's CPU backend; the CUDA
-build of the same graph ran only in the H200 benchmark).
+build of the same graph is not covered by the CPU tests).
 """
 
 from __future__ import annotations

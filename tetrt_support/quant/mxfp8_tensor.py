@@ -1,18 +1,11 @@
 """MXFP8 (OCP microscaling): FP8 values with one E8M0 power-of-two scale per 32-element block.
 
-The block scale is TE's ``float_to_e8m0(amax * fp32(1 / fp8_max))``, rounded UP to a power
-of two so that no element of the block overflows, stored as a biased exponent in a uint8
-(:func:`~tetrt_support.quant.numerics.mxfp8_quantize`; torch's own ``float8_e8m0fnu``
-cast rounds to nearest and would overflow blocks). Layouts are TE's: both usages store
-data in the input's own N-D shape (blocks run over its 2-D view (M, K), M the product
-of the leading dims); row-wise blocks are 1x32 with (M, K/32) scales, column-wise blocks
-32x1 with (M/32, K) scales. ``with_2d_quantization`` (TE's ``enable_2d_quantization``,
-meant for weights) uses one scale per 32x32 tile, shared by both usages. M and K must
-both be multiples of 32 whatever the usages, as TE's ``create_tensor`` requires.
-
-Scale buffers are stored as TE allocates them (:mod:`tetrt_support.quant.scale_layouts`):
-row-wise padded to multiples of (128, 4), column-wise of (4, 128), zero padding;
-``optimize_for_gemm=True`` (TE's attribute of that name) stores them GEMM-swizzled.
+The block scale is TE's ``float_to_e8m0(amax * fp32(1 / fp8_max))``, rounded UP so no element
+overflows (torch's ``float8_e8m0fnu`` cast rounds to nearest), stored as a biased exponent
+in a uint8 (:func:`~tetrt_support.quant.numerics.mxfp8_quantize`). Layouts are TE's: data in
+the input's N-D shape, 1x32 row-wise and 32x1 column-wise blocks, or 32x32 tiles with
+``with_2d_quantization``; M and K must be multiples of 32. Scale buffers are padded or
+swizzled as TE allocates them (:mod:`tetrt_support.quant.scale_layouts`).
 """
 
 from __future__ import annotations

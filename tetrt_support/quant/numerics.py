@@ -1,24 +1,10 @@
 """The quantization algorithms as pure PyTorch functions (no state, no classes).
 
-Every quantizer of this package is a thin shell around the functions here; they are the
-single definition of each format's numerics, written to produce the bytes
-TransformerEngine's kernels produce (their semantics are restated in each docstring), and
-they are what GPU kernels of the same formats are checked against.
-
-Conventions shared by all of them:
-
-- Inputs are 2-D ``(M, K)`` tensors in their ORIGINAL dtype (fp32, bf16 or fp16): some
-  rules depend on it (blockwise FP8 substitutes the input dtype's max for an infinite
-  scale, the Hadamard transform rounds to bf16 for bf16 input). Arithmetic is fp32.
-- Divisions are single, correctly rounded fp32 divisions (``torch.div`` of two tensors);
-  ``float / tensor`` in PyTorch is ``reciprocal(tensor) * float``, two roundings.
-- Amaxes ignore NaN, as the kernels' ``fmaxf`` reductions do; an infinite element gives
-  an infinite amax.
-- Casts saturate: finite values beyond the format's range and +-inf go to +-max, NaN
-  stays NaN where the format has one (the CUDA ``satfinite`` conversions).
-- Block scales are returned COMPACT: row-major, one entry per block (MXFP8 and NVFP4: one
-  entry per row of each block). The quantizers store them in TE's padded / GEMM-ready /
-  swizzled buffers through :mod:`tetrt_support.quant.scale_layouts`.
+The single definition of each format's numerics, producing the bytes TransformerEngine's
+kernels produce (each docstring restates the semantics); quantizers are thin shells around
+them, and GPU kernels are checked against them. Inputs are 2-D in their original dtype and
+block scales are returned compact. Shared conventions (rounding, NaN, saturation):
+``docs/architecture.md`` ("Module notes", numerics conventions).
 """
 
 from __future__ import annotations
@@ -104,8 +90,8 @@ def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype
     """``saturate(x * scale)`` cast to ``dtype``: +-inf and overflow clamp to +-max, NaN stays NaN.
 
     Every NaN becomes the one positive NaN code 0x7F, whatever its sign: TE's kernels cast
-    with ``cvt.rn.satfinite`` (``common/util/ptx.cuh``), and on an H200 both that conversion
-    and torch's CUDA cast wrote 0x7F for -NaN, where torch's CPU cast keeps the sign (0xFF).
+    with ``cvt.rn.satfinite`` (``common/util/ptx.cuh``), which writes 0x7F for -NaN, as
+    torch's CUDA cast does, where torch's CPU cast keeps the sign (0xFF).
     """
     limit = fp8_max(dtype)
     y = torch.clamp(x.float() * scale, -limit, limit)  # clamp keeps NaN

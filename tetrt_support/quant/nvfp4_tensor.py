@@ -1,60 +1,10 @@
 """NVFP4: E2M1 values packed two per byte, an E4M3 scale per 16-element block, an fp32 global scale.
 
-Two-level scaling as TE computes it (:func:`~tetrt_support.quant.numerics.nvfp4_quantize`):
-the per-tensor global encode scale ``S = 448 * 6 / amax`` maps the largest block scale
-onto E4M3's range; each block stores ``e4m3(block_amax * (S * (1/6)))`` and its elements
-are encoded as E2M1 of ``x * min(1 / (stored * (1/S)), FP32_MAX)``. The per-tensor amax of
-each usage is stored (``_amax_rowwise`` / ``_amax_columnwise``), S is recomputed from it.
-
-Options, named and defaulted as TE's ``NVFP4Quantizer`` (the recipe turns them on per
-tensor role, see :mod:`tetrt_support.quant.recipes`):
-
-- ``with_rht``: the 16-point random Hadamard transform ``diag(signs) @ H16 / 4`` on the
-  COLUMN-WISE operand only (the one the weight-gradient GEMM reads), applied along M to
-  x^T before its amax and quantization, rounded to the input dtype (bf16 for bf16 input);
-  ``rht_sign_mask`` holds the signs as bits (TE's fixed vector by default, 0 = no signs).
-  Only the mask is a value field; the matrix is derived state, rebuilt from it. TE
-  computes that operand's amax after the transform only, so ``with_rht`` needs
-  ``with_post_rht_amax=True`` (TE raises "Pre-RHT amax is not supported" otherwise).
-  TE's kernels take bf16 input only with the transform, in any usage (the check in
-  ``NVFP4Quantizer::quantize_impl``, ``pytorch/csrc/quantizer.cpp``, and in
-  ``split_quantize_nvfp4_impl``, ``pytorch/csrc/extensions/cast.cpp``: "RHT is only
-  supported for bfloat16 input"); so ``quantize`` refuses fp32 and fp16 input here too.
-- ``rht_any_input_dtype`` (not a TE field; default False, TE's kernels' rule): accept
-  any input dtype with the transform, as TE's pure-PyTorch reference quantizer
-  (``custom_recipes/reference_nvfp4.py``) does; the transform's output is then rounded
-  to that dtype. Meaningless, hence forced to False, without ``with_rht``.
-- ``with_2d_quantization``: one scale per 16x16 tile (weights).
-- ``stochastic_rounding``: E2M1 rounding up with probability proportional to the distance
-  (gradients). As in TE, the random numbers are Philox4x32-10 words counted per element
-  (:mod:`tetrt_support.quant.philox`), keyed by one seed per layout drawn from
-  ``quantize(x, generator=g)`` or torch's default generator, so a run is reproducible from
-  its seed and the kernel makes its draws in registers. TE's counters and offsets are its
-  kernels' own, so stochastically rounded bytes cannot equal TE's; the tests check the
-  properties instead (unbiased in expectation, the same bytes for the same seed).
-
-- ``row_scaled_nvfp4``: one global amax per row of each layout (``_amax_rowwise`` (M,),
-  ``_amax_columnwise`` (K,)), so a loud row does not coarsen the others; TE refuses it
-  with RHT, 2-D blocks, stochastic rounding and amax reduction, and so does this class;
-  its column-wise usage needs bf16 input with both dims multiples of 32 and 4over6 off.
-- ``nvfp4_use_4over6`` (``nvfp4_4over6_err_mode`` "MAE"/"MSE", ``nvfp4_e4m3_max`` 448 or
-  256): per block, the better of two decode scales (see
-  :func:`~tetrt_support.quant.numerics.nvfp4_quantize`); not with RHT or stochastic rounding.
-  ``nvfp4_4over6_err_use_fast_math`` (TE's reference quantizer's field of that name; in
-  TE's kernels the environment variable ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH``, off by
-  default): measure the candidates' errors in the scaled domain (an fp16 product), as
-  TE's kernel does when it is set; forced to False without 4over6.
-- ``optimize_for_gemm``: scale buffers in cuBLAS's swizzled layout (TE's attribute).
-
-Both dims of the 2-D view (M = product of the leading dims, K) must be multiples of 16
-whatever the usages, as TE's ``create_tensor`` requires. Data is stored in TE's shapes:
-row-wise codes in the input's N-D shape with the last dim halved, column-wise codes
-transposed and 2-D, (K, M/2). Scale buffers are padded
-as TE allocates them (rows to 128, scale columns to 4; :mod:`tetrt_support.quant.scale_layouts`).
-A NaN element encodes as +6 and never raises an amax, as TE's kernels do. An inf element
-makes the amax inf (S = 1); then, as in TE, the dequantized values are +-inf or NaN and a
-GEMM's alpha is inf (:func:`~tetrt_support.quant.numerics.nvfp4_dequantize`,
-:func:`~tetrt_support.quant.numerics.nvfp4_gemm_alpha`).
+:class:`NVFP4Quantizer` takes TE's ``NVFP4Quantizer`` options by name and default (random
+Hadamard transform, 2-D blocks, stochastic rounding, row-scaled amaxes, 4over6), refuses the
+combinations TE refuses, and stores buffers in TE's shapes and padding. The numerics are in
+:mod:`tetrt_support.quant.numerics`; the scaling formula and each option's rules are in
+``docs/architecture.md`` ("Module notes", NVFP4).
 """
 
 from __future__ import annotations

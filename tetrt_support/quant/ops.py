@@ -1,49 +1,11 @@
 """The custom ops behind :class:`tetrt_support.quant.linear.Linear`, and how quantized
 tensors cross them.
 
-Why custom ops: the quantize + GEMM of a quantized Linear is opaque to the compiler (on
-a GPU it is a library kernel), so it enters a compiled graph as ONE node with a fake
-impl for shape propagation and a registered autograd formula -- like TransformerEngine's
-torch.compile path.
-
-Why flat tensors: a quantized tensor subclass must not cross the custom-op boundary.
-Returned directly from a custom op it comes back under ``aot_eager`` holding FakeTensor
-buffers (silently wrong data), and taking it apart in traced code through
-``__tensor_flatten__`` graph-breaks ("torch.* op returned non-Tensor"). So each op
-returns the quantized tensors it saves as lists of plain tensors (their inner buffers in
-flatten order) and takes them back the same way; the fake-impl STRATEGY
-(:mod:`tetrt_support.quant.fake_impls`) says which buffers a quantizer makes without
-running it, and reassembles buffers into a quantized tensor.
-
-The aliasing rule: no output may alias an input or another output. The cached
-quantized weight is therefore never returned when it came in: the forward op returns
-weight buffers only when it quantized the weight itself, and the autograd
-``setup_context`` saves the INPUT buffers otherwise (mark and reconstruct, not return
-twice). :func:`_without_aliases` enforces the rule on whatever a quantizer returns.
-
-Which layouts are made, as TransformerEngine's ``_Linear`` decides them (its
-``module/linear.py``): row-wise always (the forward GEMM reads row-wise x row-wise); the
-input's column-wise copy (the wgrad operand) only when the backward will need it, the
-weight's (the dgrad operand) likewise. The forward op takes these two decisions as bool
-arguments (``input_columnwise``, ``weight_columnwise``; required: with schema defaults,
-torch 2.11's custom-op autograd compared the backward's gradients against the arguments
-as passed, without the defaulted ones, and inductor refused the step) and quantizes with
-:func:`with_usage` copies of the quantizers it is given, in the real impl and the fake
-impl alike, so their buffers agree; the quantizer objects passed in (the guarded
-constants of a compiled graph) are never mutated. The quantized input is saved only when
-wgrad will need it (TE's ``backward_needs_input``). The backward op is
-told which gradients to compute and which layouts it was given, and refuses, naming the
-layout, to compute a gradient whose operand was not made.
-
-Across ranks, the forward op takes ``input_amax`` (the input's amax, already all-reduced
-over the Linear's group by a functional collective outside the op, so that under
-torch.compile the collective is a graph node) and ``amax_group`` (the group's name, kept
-for the backward formula, which reduces the output gradient's amax the same way and hands
-it to the backward op as ``grad_amax``); None for both without a group.
-
-Op schemas are explicit and name the quantizers' registered opaque types, so one pair
-of ops exists per (input, weight, grad) quantizer classes and fake-impl strategy, made
-on first use by :func:`linear_ops`.
+The forward and backward ops take and return quantized tensors as lists of plain buffers,
+never alias an input, make the column-wise layouts only when the backward needs them (as
+TE's ``_Linear``), and never mutate the quantizers passed in. :func:`linear_ops` makes one
+op pair per quantizer classes and fake-impl strategy. Reasons: ``docs/architecture.md``
+("Module notes", the Linear's custom ops).
 """
 
 from __future__ import annotations
@@ -163,9 +125,8 @@ def quantized_matmul(
     (TE's ``use_split_accumulator=False``; a CPU ignores it); the block formats' GEMMs have none.
 
     Per-tensor FP8 operands go through ``torch._scaled_mm`` (runs on CPU in torch >= 2.13;
-    checked once on an H200 with torch 2.11, where it differs from the fp32 product of the
-    dequantized operands only by accumulation order; a per-tensor scale makes the
-    transposes exact). Block-scaled formats
+    it differs from the fp32 product of the dequantized operands only by accumulation order,
+    and a per-tensor scale makes the transposes exact). Block-scaled formats
     (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
     NVFP4 leaves its per-tensor factors out of the operands and applies them to the

@@ -1,18 +1,12 @@
 """The uniform draws of NVFP4's stochastic rounding: Philox4x32-10, counted per element.
 
-TransformerEngine draws its stochastic-rounding bits inside the CUDA kernel from Philox
-(seeded from torch's CUDA generator), so nothing is written to or read from memory for
-them. The same design here: one 64-bit seed per quantized layout is drawn from the
-caller's generator (``torch.randint`` on the tensor's device, so a CUDA-graph replay draws
-a fresh one), and the uniform number of element ``i`` of the row-major matrix is word
-``i % 4`` of ``Philox4x32-10(counter=(i // 4, 0, 0, 0), key=(seed low, seed high))``,
-shifted to 24 bits: ``(word >> 8) * 2**-24``, exact in fp32 and in ``[0, 1)``.
-
-:func:`uniform` is the reference (numpy, 64-bit integer arithmetic, checked against the
-published known-answer vectors of Philox4x32-10); the NVFP4 Triton kernel computes the
-same words in registers (:mod:`tetrt_support.quant.kernels.nvfp4`). The bytes are therefore
-reproducible from the generator's state and equal between the two paths, but not TE's:
-TE's counters and offsets are its kernels' own.
+As in TE, the draws are made in the kernel, not stored. One 64-bit seed per layout is drawn
+from the caller's generator (``torch.randint`` on the tensor's device, so a CUDA-graph replay
+draws a fresh one); element ``i`` of the row-major matrix gets word ``i % 4`` of
+``Philox4x32-10(counter=(i // 4, 0, 0, 0), key=(seed low, seed high))`` as
+``(word >> 8) * 2**-24``, exact in fp32 and in ``[0, 1)``. :func:`uniform` is the numpy
+reference (checked against the published known-answer vectors); the Triton kernel makes the
+same words, so the bytes follow from the generator's state (not equal to TE's).
 """
 
 from __future__ import annotations

@@ -1,44 +1,10 @@
 """Recipe name -> the (input, weight, grad) quantizers of a quantized Linear, with TE's defaults.
 
-Each recipe is TransformerEngine's recipe of that name with its default settings per
-tensor role (``transformer_engine.common.recipe``):
-
-- ``fp8_current`` (``Float8CurrentScaling``, HYBRID format): per-tensor current scaling,
-  E4M3 for inputs and weights, E5M2 (more range) for gradients, fp32 scales;
-- ``fp8_block`` (``Float8BlockScaling``): E4M3 throughout, power-of-2 scales, 1x128
-  blocks for inputs and gradients, 128x128 blocks for weights;
-- ``mxfp8`` (``MXFP8BlockScaling``): E4M3 throughout, 1x32 blocks;
-  ``enable_2d_quantization=True`` gives the weights 32x32 blocks (TE's default is off);
-- ``nvfp4`` (``NVFP4BlockScaling``): E2M1 with E4M3 block scales; inputs get the random
-  Hadamard transform (on their column-wise operand), weights 16x16 blocks, gradients the
-  RHT and stochastic rounding; ``disable_rht``, ``disable_stochastic_rounding``,
-  ``disable_2d_quantization``, ``row_scaled_activation`` and the ``nvfp4_4over6*`` fields
-  work as TE's recipe fields of those names (defaults TE's: off, "none", "all", "MAE").
-  ``rht_any_input_dtype`` (not a TE field; default False, TE's kernels' rule) lets the
-  Hadamard transform take fp32/fp16 input, as TE's reference quantizer does: TE's
-  kernels take bf16 only (see :class:`~tetrt_support.quant.nvfp4_tensor.NVFP4Quantizer`).
-  ``nvfp4_4over6_err_use_fast_math`` (TE: the environment variable of that name in upper
-  case, default off) switches every 4over6 quantizer to the fast-math error.
-
-Every quantizer a recipe builds has both usages, as TE's recipe states build them.
-
-Amax reduction: TE's ``Float8CurrentScaling`` and NVFP4 reduce a tensor's amax over the
-tensor-parallel group when one is set; here the group is a per-call ``quantize`` option
-(``amax_reduction_group=``), never stored in a value quantizer. FP8 delayed scaling
-(``Float8Quantizer``, HYBRID, a history of 1024, ``"max"``) is stateful and is driven
-through its own ``update_scale``; it is no Linear recipe here.
-
-GEMM settings: ``fp8_current`` and ``fp8_block`` take TE's ``fp8_gemm_fprop``,
-``fp8_gemm_dgrad`` and ``fp8_gemm_wgrad`` (:class:`MMParams`, TE's defaults: current scaling
-accumulates its forward GEMM in FP8 fast mode, ``use_split_accumulator=False``, and its two
-backward GEMMs split; block scaling requires split accumulation in all three, as TE asserts).
-``Recipe.fast_accum`` gives them as ``torch._scaled_mm``'s ``use_fast_accum`` per GEMM.
-
-A :class:`Recipe` records its name and the options it was built with that differ from
-the defaults (``str(recipe)``: ``nvfp4(row_scaled_activation=True)``); two recipes are equal
-when those are. :class:`~tetrt_support.quant.linear.Linear` takes a recipe name or a Recipe.
-Each call builds fresh quantizers (value quantizers: equal recipes give equal, hence
-compile-cache-sharing, quantizers).
+Recipes ``fp8_current``, ``fp8_block``, ``mxfp8`` and ``nvfp4`` are TransformerEngine's of
+those names (``transformer_engine.common.recipe``) with its per-role settings and GEMM
+settings (:class:`MMParams`). A :class:`Recipe` records its name and non-default options
+(``str(recipe)``: ``nvfp4(row_scaled_activation=True)``) and compares by them; each call
+builds fresh value quantizers. Per-recipe details: ``docs/architecture.md`` ("Module notes").
 """
 
 from __future__ import annotations

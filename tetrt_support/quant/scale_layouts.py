@@ -1,26 +1,9 @@
 """TransformerEngine's storage layouts of block scales: padding, GEMM swizzling, GEMM-ready blockwise.
 
-The numerics (:mod:`tetrt_support.quant.numerics`) produce COMPACT scales: one entry per
-block, row-major, ``(rows, cols // block)`` for a row-wise layout. TE stores them as its
-GEMM (cuBLAS) wants them, and this module is the one place that maps between the two:
-
-- MXFP8 and NVFP4 (``get_scale_shape`` in TE's ``mxfp8_tensor.py`` / ``nvfp4_tensor.py``):
-  row-wise scale buffers are padded to a multiple of 128 rows and 4 columns; MXFP8's
-  column-wise (M/32, K) buffer to a multiple of 4 rows and 128 columns (NVFP4's column-wise
-  scales belong to the transposed data and pad like row-wise ones). TE allocates these
-  buffers with ``at::empty`` and its quantize kernels write only the valid region, so the
-  padding is unspecified there; here it is zero -- what TE's swizzle kernel writes into
-  the padding of a swizzled buffer, and what cuBLAS needs. Compare the valid region.
-- ``optimize_for_gemm`` (TE's quantizer attribute; its tensors record it as
-  ``with_gemm_swizzled_scales``): the padded buffer in cuBLAS's block-scaling layout --
-  128 x 4 tiles, each stored as 32 rows of 16 bytes where entry (r, c) of the tile lands at
-  ``(r % 32) * 16 + (r // 32) * 4 + c`` (the layout TE's reference
-  ``_recover_swizzled_scales`` undoes). Column-wise MXFP8 scales run along M, so the tile
-  is taken over their transpose (TE's ``swizzle_col_scaling_kernel`` reads them M-major).
-- FP8 blockwise (``Float8BlockQuantizer.get_scale_shape``, GEMM-ready format, the only
-  one the mirrored TE allocates): 1 x 128 scales are stored TRANSPOSED, (K/128, M) with M
-  padded to a multiple of 4; 128 x 128 scales keep (M/128, K/128) with the inner dim padded
-  to a multiple of 4. The padding is again unspecified in TE (zero here).
+The one place that maps the numerics' COMPACT scales (one entry per block, row-major) to the
+buffers TE allocates: MXFP8/NVFP4 padding, cuBLAS's swizzled layout (``optimize_for_gemm``)
+and FP8 blockwise's GEMM-ready layout. Padding is zero here (unspecified in TE): compare the
+valid region. The layouts: ``docs/architecture.md`` ("Module notes", scale layouts).
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The quantized Linear with DTensor parameters (``parallelize_module``'s tensor parallelism).
 
-torch's ``ColwiseParallel`` / ``RowwiseParallel`` refuse any module but ``nn.Linear`` and
-``nn.Embedding``; :func:`colwise_parallel` and :func:`rowwise_parallel` return their
-subclasses that shard a quantized Linear as they shard an ``nn.Linear`` (the same
-partition functions and input / output hooks, so the same layouts), anything else as torch does.
-
-The Linear's custom ops take plain tensors (a DTensor would need a sharding rule for every
-quantized buffer they return), so a Linear whose weight is a DTensor runs its step on the
-LOCAL shards, as TransformerEngine's Linear does under its own tensor parallelism, with the
-input's and the output gradient's amaxes all-reduced over the mesh's group (or the layer's
-own ``amax_reduction_group``), and wraps the local output back into a DTensor:
-
-- column-wise (``ColwiseParallel``: weight ``Shard(0)``, input ``Replicate``): the output
-  is ``Shard(-1)``, the bias is sharded with the weight's rows;
-- row-wise (``RowwiseParallel``: weight ``Shard(1)``, input ``Shard(-1)``): the output is
-  ``Partial`` (the plan's output hook sums it), the replicated bias is added after the sum.
-
-``to_local`` / ``from_local`` carry the gradients. The weight's own amax is per shard
-(TE's too): a sharded weight is quantized with its shard's scale.
+:func:`colwise_parallel` and :func:`rowwise_parallel` return subclasses of torch's
+``ColwiseParallel`` / ``RowwiseParallel`` that shard a quantized Linear as they shard an
+``nn.Linear``. Such a Linear runs its step on the local shards, as TE's does, with amaxes
+all-reduced over the group (``docs/architecture.md``, "Module notes", tensor parallelism).
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ inside the function that uses it.
 
 Modules: ``abstract`` (each notebook's answer and the figures of its abstract), ``tables``
 (:class:`Table`, :func:`collapsed`), ``timing`` (the one timer), ``compare``
-(``max_abs_error``), ``results`` (the one results-file reader), ``perf`` (notebook 05's
-tables and claims), ``complex_graphs`` (notebook 01's inventories and strategy
-comparison), ``quant_tracing`` and ``fake_impl_measure`` (notebooks 03 and 04),
-``distributed_training`` (notebook 09's runs across gloo ranks).
+(``max_abs_error``), ``results`` (the one results-file reader), ``perf`` (benchmark
+tables and claims), ``complex_graphs`` (graph inventories and the strategy comparison),
+``quant_tracing`` and ``fake_impl_measure`` (how quantizers and fake impls trace),
+``distributed_training`` (runs across gloo ranks).
 """
 
 from tetrt_support.report.tables import Table, collapsed, format_table

@@ -1,4 +1,4 @@
-"""What a graph holds and what a lowering leaves: the inventories behind notebook 01.
+"""What a graph holds and what a lowering leaves: inventories and the strategy comparison.
 
 Op histograms, the table of complex nodes, the rule table, the code one rule emits,
 torch's own ``decompose_complex_in_graph`` wrapped to take an exported program, a

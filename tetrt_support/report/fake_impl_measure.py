@@ -1,4 +1,4 @@
-"""Measure the two fake-impl strategies the same way in tests, benchmark and notebook 04.
+"""Measure the two fake-impl strategies the same way in tests, benchmarks and notebooks.
 
 A tiny MLP of quantized Linears trained for a few SGD steps, eagerly or under
 ``torch.compile(fullgraph=True)``, with the compile statistics that matter here: frames

@@ -1,4 +1,4 @@
-"""Tables and claims of the whole-model training-step benchmark, for notebook 05.
+"""Tables and claims of the whole-model training-step benchmark.
 
 Reads ``model_step_<device>.json`` (:mod:`benchmarks.model_step`): a Llama-3-style decoder
 trained by ``torch.compile(model)`` in bf16, torchao's float8 and this project's recipes.

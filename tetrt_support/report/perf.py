@@ -1,4 +1,4 @@
-"""Tables and claims from the stored benchmark results, for notebooks 01 and 05.
+"""Tables and claims from the stored benchmark results.
 
 Every claim is computed here from one file, as a ratio of two figures of the same run:
 absolute times on shared machines are not comparable between runs. Files are read by

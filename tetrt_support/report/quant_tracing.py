@@ -1,4 +1,4 @@
-"""Measure how a quantizer argument traces under ``torch.compile(fullgraph=True)`` (notebook 03).
+"""Measure how a quantizer argument traces under ``torch.compile(fullgraph=True)``.
 
 Whether a quantizer is an opaque *value* (guarded by ``__eq__``, rebuilt in FX code from
 ``__fx_repr__``) or keeps identity semantics decides how often a step that takes it
@@ -6,7 +6,7 @@ recompiles. The helpers here count compiles and graphs, keep the FX graphs for p
 and check the compiled results against eager. Showcase code: nothing here is registered
 with torch at import; the contrast class :class:`IdentityMXFP8Quantizer` is registered on
 first use by :func:`make_step`. :class:`GraphCapture` is the one capturing backend of the
-report helpers (notebook 04's measurements use it too).
+report helpers (:mod:`.fake_impl_measure` uses it too).
 """
 
 from __future__ import annotations

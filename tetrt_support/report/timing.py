@@ -1,31 +1,9 @@
 """The one timer of the benchmarks and of the measurement helpers.
 
-Every figure the repository stores is a statistic over *samples*; a sample times
-``calls_per_sample`` back-to-back calls and is reported as seconds per call. Three
-choices matter and are made here once:
-
-- **Clock.** ``"wall"`` is ``time.perf_counter`` on the host, or a pair of CUDA events on
-  a GPU. CUDA events around a batch of back-to-back calls let the host's per-call work
-  (Python, guards, pytree) overlap the device's, as in a real loop; synchronising after
-  every call would charge launch latency to the kernel. Each GPU sample starts with one
-  untimed call, whose kernels are still queued when the start event is recorded:
-  otherwise the device idles while the host prepares the sample's first call, and every
-  sample is charged that host time once, which a loop (where the host runs ahead) never
-  sees. ``"cpu"`` is the CPU time of this process and of its finished child processes
-  (a C++ compiler run by inductor): on a shared, loaded machine it is far steadier than
-  the wall clock, which counts the time spent waiting for a core.
-- **Order.** :func:`time_round_robin` times several functions one sample each in turn,
-  so clock drift and bursts of load from other processes hit all of them alike (timing
-  them one after another gave +-4% between identical kernels on a GPU). Each round takes
-  them in a new order (shuffled with a fixed seed): in one fixed order a function always
-  follows the same one, and on a GPU what the previous sample left (clocks lowered by a
-  hot GEMM run, caches) would be charged to the same function in every round.
-- **Garbage collection.** ``gc_off=True`` collects before each sample and keeps the
-  cyclic collector off during it (as ``timeit`` does): a collection over thousands of FX
-  nodes left by the previous call otherwise lands in a random sample.
-
-Quote the median for a typical call and ``best_s`` (the least disturbed sample) for
-micro-benchmarks on a shared machine; compare figures within one run only.
+A sample times ``calls_per_sample`` back-to-back calls and is reported as seconds per call;
+the clock (``"wall"`` or ``"cpu"``), round-robin order (:func:`time_round_robin`) and
+``gc_off`` are chosen here once. Why each: ``docs/architecture.md`` ("Module notes", the
+timer). Quote the median for a typical call, ``best_s`` for micro-benchmarks.
 """
 
 from __future__ import annotations

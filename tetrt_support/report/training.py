@@ -1,4 +1,4 @@
-"""Tables, plots and target verdicts of the training benchmarks, for notebook 05.
+"""Tables, plots and target verdicts of the training benchmarks.
 
 Two results files: the quantized Linear's training step against bf16 and torchao
 (``train_step_<device>.json``, :mod:`benchmarks.train_step`) and the loss study

@@ -1,25 +1,11 @@
 """Every model family of the installed transformers that computes with complex numbers, tiny.
 
-Each family is an entry of the zoo registry (:data:`~tetrt_support.zoo.registry.ZOO`, its
-``module`` the transformers model directory): it builds its model from a tiny config with
-random weights (seeded, nothing downloaded), makes keyword example inputs, and says which
-input dims may be dynamic. Where complex numbers enter (found by :mod:`tetrt_support.zoo.discover`):
-
-- ``llama4`` (text, dense and MoE; vision): rotary embedding by ``torch.polar`` /
-  ``view_as_complex``, complex ``mul``, ``view_as_real``;
-- ``deepseek_v2`` (dense and MoE): the same rotary embedding, on the rope part of its
-  multi-head latent attention (its keys are built by ``copy_`` into slices of ``new_empty``);
-- ``fnet``: the token mixing is ``torch.fft.fftn`` over (sequence, hidden), or, with
-  ``use_tpu_fourier_optimizations``, a complex ``einsum`` with DFT matrices;
-- ``autoformer``: auto-correlation by ``rfft``, ``conj``, complex ``mul`` and ``irfft``;
-- ``wavtokenizer``, ``xcodec2``, ``neucodec``: the vocoder's ISTFT head, ``torch.polar`` then
-  ``irfft``, reached through the model's ``decode(audio_codes)`` (:class:`CodecDecoder`);
-  ``xcodec2_model`` and ``neucodec_model`` are the whole models as users call them,
-  ``model(input_values=wave, input_features=features)``: encode (weight-normed convolutions,
-  the semantic model under ``no_grad``), quantize, decode. WavTokenizer's whole forward does
-  not export (its encoder pads by amounts it computes from tensor buffers: torch.export raises
-  ``GuardOnDataDependentSymNode``), nor does NeuCodec's with a dynamic length (it truncates
-  to ``int(length * 1.5)``, which export specialises); both are shown by tests.
+Each family is a zoo entry (:data:`~tetrt_support.zoo.registry.ZOO`) that builds its model from
+a tiny seeded config, makes keyword example inputs and names its dynamic dims. Complex numbers
+enter by rotary embeddings (``llama4``, ``deepseek_v2``), FFTs (``fnet``, ``autoformer``) or a
+vocoder's ISTFT head (``wavtokenizer``, ``xcodec2``, ``neucodec``, through
+:class:`CodecDecoder`; ``xcodec2_model`` and ``neucodec_model`` are the whole models). Which
+whole models do not export: ``docs/architecture.md``, section 4.
 """
 
 from __future__ import annotations

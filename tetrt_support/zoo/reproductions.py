@@ -1,6 +1,6 @@
 """Minimal models that reproduce what the Hugging Face sweep found, and the pipeline as it was.
 
-Showcase, not the shipped compiler: the tests and notebook 06 use these to show a bug on
+Showcase, not the shipped compiler: these show a bug on
 the old pipeline (:data:`BEFORE_THE_GUARDS`, a :class:`~tetrt_support.history.HistoricalPolicy`)
 and its fix on the current one.
 """

@@ -1,25 +1,12 @@
 """Rotary-embedding models, shared by the notebooks, the tests and the benchmarks.
 
-Every entry is tiny, deterministic given a seed, and exports with
-``torch.export.export(..., strict=False)``. Together they cover the shapes in which complex
-numbers reach an exported ATen graph:
-
-- :class:`ComplexRoPE`: Llama-style rotary embedding. ``freqs_cis`` is built once with
-  ``torch.polar`` and stored as a non-persistent complex64 buffer (it becomes a complex
-  entry of ``ep.constants``); forward slices it to the sequence length, then runs
-  ``view_as_complex`` -> complex ``mul`` -> ``view_as_real``.
-- :class:`ComplexRoPEPolar`: the same rotation, with the frequencies computed in forward, so
-  ``aten.polar`` itself appears in the graph.
-- :class:`ComplexRoPEAttention`: an attention block taking a keyword input, with complex RoPE
-  on q and k, ``scaled_dot_product_attention`` and an output projection.
-- :class:`RotateHalfRoPE`: Llama 1-3 / HF style rotate-half RoPE with real cos/sin: the same
-  rotation without a single complex value (the contrast).
-- :func:`tiny_llama4`: Hugging Face transformers' Llama 4 text model from a tiny
-  ``Llama4TextConfig`` with random weights (nothing is downloaded); its rotary embedding is
-  complex (``torch.polar`` + ``view_as_complex``) and it returns a ``ModelOutput``.
-
-:func:`~tetrt_support.zoo.registry.export_model` exports each by name (they are entries of
-:data:`~tetrt_support.zoo.registry.ZOO`), optionally with dynamic batch and sequence dims.
+Tiny, seeded, exportable with ``strict=False``; together they cover how complex numbers
+reach an exported ATen graph: :class:`ComplexRoPE` (a complex64 ``freqs_cis`` buffer,
+``view_as_complex`` -> ``mul`` -> ``view_as_real``), :class:`ComplexRoPEPolar` (``aten.polar``
+in forward), :class:`ComplexRoPEAttention` (keyword input, attention), :class:`RotateHalfRoPE`
+(real cos/sin, the contrast) and :func:`tiny_llama4` (transformers' Llama 4 text model from a
+tiny config, returning a ``ModelOutput``). :func:`~tetrt_support.zoo.registry.export_model`
+exports each by name.
 """
 
 from __future__ import annotations

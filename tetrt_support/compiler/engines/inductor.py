@@ -1,28 +1,9 @@
 """The inductor engine: the block's ATen graph compiled by inductor, on first call, without Dynamo.
 
-The block is handed to ``torch._inductor.compile_fx.compile_fx`` (what Dynamo's
-``"inductor"`` backend calls) with fake example inputs, not to ``torch.compile``: a
-``torch.compile`` inside a block would need Dynamo, and Dynamo skips a frame it is asked
-to compile while it is compiling another one, so the ``"tetrt"`` torch.compile backend
-(which builds and checks blocks while Dynamo compiles the caller's frame) could never use
-this engine. Dynamo's part that is still needed is done here:
-
-- dims named in ``dynamic_dims`` (and int inputs: sizes made outside the block) are
-  symbolic in the fake inputs, so one compiled graph serves every size; sizes 0 and 1
-  are not made symbolic (inductor specializes them, as Dynamo's ``maybe_mark_dynamic``);
-- every compiled graph keeps the shape guards inductor recorded while compiling and the
-  static facts of its inputs (dtypes, devices, static sizes and strides, grad mode); a
-  call that matches no compiled graph compiles another one;
-- the block's weights (its tensor attributes) are inputs of the compiled graph, read from
-  the block at every call, as Dynamo passes a module's parameters: a refit that replaces
-  them is seen, and inductor bakes no copy of them into its code.
-
-The compiled graphs are never pickled: the module pickles its block and recompiles
-lazily after loading. Inductor's on-disk caches (its FX graph cache and AOTAutograd's) are
-off for these compiles: in a cache shared with other processes, a lookup that passed
-its guards once served code that gave wrong values for an int input of 1 (seen
-intermittently here, not reproduced with a fresh cache), and a fresh compile of a block
-is seconds.
+The block goes to ``torch._inductor.compile_fx.compile_fx`` with fake inputs (symbolic where
+``dynamic_dims`` says), one compiled graph per set of guards; the weights are graph inputs,
+so a refit is seen. Compiled graphs are not pickled, and inductor's on-disk caches are off.
+Why each: ``docs/architecture.md`` ("Module notes", the inductor engine).
 """
 
 from __future__ import annotations

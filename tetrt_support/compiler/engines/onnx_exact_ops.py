@@ -1,25 +1,9 @@
 """Decompositions that keep three real ops exact where torch.onnx's translation is not.
 
-The ONNX Runtime engine applies :data:`EXACT_DECOMPOSITIONS` to a block before
-``torch.onnx.export`` translates it:
-
-- ``aten.atan2``: torchlib's translation is ``atan(y / x)`` shifted by ``+-pi`` on
-  ``y > 0``, and maps a NaN result to 0. That gives ``-pi`` for ``atan2(+0, -1)`` (the
-  argument of ``log(-1 + 0j)`` and every complex rule on the negative real axis), 0 for
-  ``atan2(inf, inf)`` (``pi/4``) and 0 for NaN inputs. The decomposition here keeps C's
-  ``atan2``: the sign of a zero ``y``, the quadrant of a ``-0`` ``x``, the infinite corners.
-- ``aten.copysign`` and ``aten.signbit``: the exporter decomposes them to
-  ``prims.signbit``, which has no translation (the block would fall back to PyTorch).
-  ONNX has no bit cast, so the sign bit is read arithmetically: ``x < 0``, or ``x == 0`` with
-  ``1 / x < 0`` (``-0``). What is lost: the sign of a NaN (read as positive).
-
-What stays open: ONNX Runtime's CPU ``Atan`` has no float64 kernel, so a float64 ``atan2``
-block does not build there (it falls back to PyTorch, with the engine's warning); and its
-``Where`` returns ``+0`` for a selected ``-0``, so other ``where``-built results may lose the
-sign of a zero (these decompositions apply signs by multiplication instead).
-
-Each function is an ordinary ATen-level Python function; ``ExportedProgram.run_decompositions``
-traces it in place of the op.
+The ONNX Runtime engine applies :data:`EXACT_DECOMPOSITIONS` (``aten.atan2``,
+``aten.copysign``, ``aten.signbit``: ordinary ATen-level functions) to a block before
+``torch.onnx.export``. What torchlib gets wrong and what stays open:
+``docs/architecture.md`` ("Module notes", exact ONNX decompositions).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The ONNX Runtime engine: the CPU stand-in for a TensorRT engine.
 
-Each block is exported with ``torch.export`` and then ``torch.onnx.export(..., dynamo=True)``
-(onnxscript's torchlib translation) and run by ``onnxruntime.InferenceSession`` on the
-``CPUExecutionProvider``; dtypes are kept (float32/64, int64, bool, 0-d tensors).
-
-Like TensorRT, ONNX Runtime has no complex arithmetic here. torchlib does carry complex
-values as real ``[..., 2]`` pairs for a handful of ops (a bare ``view_as_complex -> mul ->
-view_as_real`` exports and runs), but a RoPE graph fails at the first op without such a
-translation: ``ConversionError: ... No ONNX function found for aten.unsqueeze ... No
-decompositions registered for the complex-valued input``. So ``supports`` refuses every
-complex node, and a block must be lowered to real arithmetic before it gets here.
-
-The built module keeps the ONNX model bytes, not the session: it pickles as bytes and
-recreates the session on first use after unpickling.
+Each block is exported with ``torch.export`` then ``torch.onnx.export(..., dynamo=True)`` and
+run by ``onnxruntime.InferenceSession`` on the CPU provider, dtypes kept. Like TensorRT, it
+has no complex arithmetic here, so ``supports`` refuses every complex node (why:
+``docs/architecture.md``, "Module notes"). The built module keeps the ONNX bytes, pickles as
+them, and recreates the session on first use after unpickling.
 """
 
 from __future__ import annotations

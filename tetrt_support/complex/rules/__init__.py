@@ -1,30 +1,11 @@
 """ONE table of per-op rules that lower complex ATen ops to real arithmetic.
 
-A complex tensor of shape ``S`` travels *packed*: a real tensor of shape ``S + [2]``
-holding (real, imaginary) on the trailing dimension, exactly what ``view_as_real``
-returns. A rule is a Python function::
-
-    rule(ctx: RuleContext, **arguments) -> packed result
-
-called with the op's arguments bound to their schema names, complex ones packed, and
-everything else (real tensors, scalars, Python ``complex`` scalars, dims, sizes) as it
-was. Rules use only ``torch.ops.aten`` calls and Python control flow over ``ctx`` (the
-original meta values: ranks, dtypes, which arguments are complex), never over the
-values themselves, so the same function runs on
-
-- real or fake tensors inside an ``fx.Interpreter`` under ``make_fx`` (the "retrace"
-  strategy, :mod:`tetrt_support.complex.retrace`), and
-- ``torch.fx.Proxy`` objects bound to the exported graph (the in-place "rewrite"
-  strategy, :mod:`tetrt_support.complex.rewrite`).
-
-Dims are shifted for the packed layout (a negative dim ``d`` becomes ``d - 1``; a
-non-negative one is unchanged) and sizes get a trailing ``2``; no rule reads a concrete
-size, so dynamic (symbolic) batch and sequence dims survive.
-
-The table is :data:`RULES` (:mod:`.registry`); the rules live in one module per family
-(:mod:`.elementwise`, :mod:`.conversions`, :mod:`.shapes`, :mod:`.linalg`,
-:mod:`.special`, :mod:`.fft`) over the shared helpers of :mod:`.packed`, :mod:`.stable`
-and :mod:`.special_values`. Importing this package fills :data:`RULES` in :data:`ORDER`.
+A complex tensor of shape ``S`` travels packed, as a real ``S + [2]`` tensor
+(``view_as_real``). A rule is ``rule(ctx: RuleContext, **arguments) -> packed result``: it
+uses only ``torch.ops.aten`` calls and control flow over ``ctx``'s meta values, so it runs on
+(fake) tensors for the "retrace" strategy and on ``fx.Proxy`` objects for "rewrite"; it reads
+no concrete size, so dynamic dims survive. The table is :data:`RULES`, filled in :data:`ORDER`
+from one module per op family.
 """
 
 from __future__ import annotations
@@ -65,7 +46,7 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 #: The order in which the families' rules join :data:`RULES`, by name: the table's
-#: iteration order (what ``report.complex_graphs.rule_table`` lists, notebook 01) stays
+#: iteration order (what ``report.complex_graphs.rule_table`` lists) stays
 #: the one it had before the rules were split by family, ``repeat`` after ``sgn`` included.
 ORDER: tuple[str, ...] = (
     # elementwise

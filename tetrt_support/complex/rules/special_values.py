@@ -1,17 +1,11 @@
 """What the complex elementary functions return at infinite and NaN inputs, as graph ops.
 
-Eager PyTorch on CPU computes ``exp``, ``sqrt``, ``asin``, ``acos``, ``asinh``, ``acosh``,
-``atanh`` and ``atan`` of a complex tensor with the C library (``std::asin`` and friends,
-glibc's ``casin``, ...), which follows the special-value tables of C99 Annex G: at
-``asin(inf + 1j)`` it returns ``pi/2 + inf j``, where the finite formulas of
-:mod:`tetrt_support.complex.rules` give NaN (``inf - inf``, ``inf / inf``, ``0 * inf``).
-Each function here is one table, written as ``where`` over ``isinf``/``isnan`` of the
-parts; a rule computes its finite formula, then takes :func:`overlay`'s choice, so both
-stay in the graph and any engine that runs ``where`` runs them (no branch on values).
-
-The tables follow glibc's implementation (``s_casinh_template.c`` etc.), which is the
-reference eager uses; where Annex G leaves a sign unspecified (``asinh(NaN + inf j)``), it
-is glibc's. Every function takes and returns (real, imaginary) parts.
+Eager PyTorch on CPU computes complex ``exp``, ``sqrt``, ``asin``, ``acos``, ``asinh``,
+``acosh``, ``atanh`` and ``atan`` with the C library, which follows C99 Annex G's
+special-value tables (glibc's, ``docs/architecture.md`` section 4). Each function here is one
+table, written as ``where`` over ``isinf``/``isnan`` of the parts; a rule computes its finite
+formula, then takes :func:`overlay`'s choice, so no branch depends on values. Every function
+takes and returns (real, imaginary) parts.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Two interchangeable ways to give the Linear custom ops their fake (meta) implementations.
 
-A custom op's fake impl must say what the op returns -- shapes, dtypes, how many tensors
--- without computing it. The Linear forward op returns, besides its output, the quantized
-input and weight it saves for backward, flattened into plain tensors (a tensor subclass
-must not cross a custom-op boundary: see :mod:`tetrt_support.quant.ops`). So the fake
-impl must know the inner buffers a quantizer WOULD produce. The two strategies differ in
-how that knowledge is carried, and that is the whole debate of notebook 04:
-
-- ``"tensor_proto"`` (:mod:`.tensor_proto`): a descriptor dataclass, ``TensorProto``
-  (quantizer, logical shape, dtype, buffer descriptions), that later steps materialise
-  into flat fake tensors or reassemble into a quantized tensor;
-- ``"make_empty_traceable"`` (:mod:`.make_empty_traceable`): allocate a real, empty
-  quantized tensor (under fake mode its buffers are fake tensors) and stash its flatten
-  names and context as plain attributes, so traced code never calls
-  ``__tensor_flatten__``.
-
-Both implement :class:`FakeImplStrategy`; :func:`get_strategy` picks one by name.
+The forward op returns its saved quantized tensors as plain buffers, so its fake impl must
+know which buffers a quantizer WOULD produce. ``"tensor_proto"`` (:mod:`.tensor_proto`)
+carries that in a descriptor dataclass; ``"make_empty_traceable"``
+(:mod:`.make_empty_traceable`) allocates an empty quantized tensor and stashes its flatten
+names, so traced code never calls ``__tensor_flatten__``. Both implement
+:class:`FakeImplStrategy`; :func:`get_strategy` picks one by name.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""Minimal reproductions of what goes wrong WITHOUT the flat protocol (notebook 04, tests).
+"""Minimal reproductions of what goes wrong WITHOUT the flat protocol.
 
-Each function builds the smallest honest case on this package's real quantizers and
-either returns the observed (wrong) result or lets the real error escape:
-
-- :func:`quantize_returning_subclass`: a custom op whose output IS the quantized tensor
-  subclass. Under ``aot_eager`` the returned tensor's buffers are FakeTensors -- no
-  error, wrong data.
-- :func:`flatten_in_trace`: traced code calling ``__tensor_flatten__`` graph-breaks
-  ("torch.* op returned non-Tensor"), an error under ``fullgraph=True``.
-- :func:`make_empty_in_trace`: allocating a quantized tensor INSIDE the trace with
-  ``quantizer.make_empty`` fails: it copies the quantizer, and Dynamo cannot pass the
-  copy (a plain Python object, no longer the registered constant) to the constructor.
-- :func:`returning_an_input`: a custom op returning the buffer it was given (what a
-  cached weight returned again would be) is refused by torch.library.
+Each builds the smallest honest case on real quantizers and returns the wrong result or lets
+the real error escape: :func:`quantize_returning_subclass` (an op returning the subclass gives
+FakeTensor buffers under ``aot_eager``), :func:`flatten_in_trace` (``__tensor_flatten__`` in
+traced code graph-breaks), :func:`make_empty_in_trace` (``make_empty`` copies the quantizer,
+which Dynamo cannot pass on as the registered constant), :func:`returning_an_input`
+(torch.library refuses an op returning its input).
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
-"""Fast CUDA twins of :mod:`tetrt_support.quant.numerics` and the quantized GEMMs on Hopper.
+"""Fast CUDA (Triton) twins of :mod:`tetrt_support.quant.numerics` and the quantized GEMMs.
 
-Each quantization function here takes the same arguments as its twin in ``numerics`` and
-returns the same buffers, byte for byte (``scripts/gpu_check.py`` checks this on the GPU
-against the CPU reference, ``tests/quant/test_kernels_cpu.py`` on the CPU through Triton's
-interpreter). What makes them fast is the memory traffic, not different arithmetic: the
-high-precision tensor is read once per pass (FP8 current scaling: one amax pass and one
-cast pass; the block formats: one pass), and the row-wise and column-wise layouts are
-written from the same tile. Divisions are correctly rounded (``div_rn``) exactly where
-the reference divides; where the reference multiplies by a rounded reciprocal, so do the
-kernels.
-
-- :mod:`.float8`: FP8 current scaling (amax, then cast + transpose), FP8 blockwise (1 x 128
-  and 128 x 128 blocks, both layouts in one pass);
-- :mod:`.mxfp8`, :mod:`.nvfp4`: quantization of both layouts from one read (NVFP4 with
-  stochastic rounding too), and the bf16 operands of the emulated GEMMs;
-- :mod:`.dequantize`: FP8 data times block scales as bf16 (MXFP8, FP8 blockwise);
-- :mod:`.transpose`: a one-byte transpose for an FP8 operand that lacks its copy;
-- :mod:`.gemm`: the native FP8 blockwise GEMM (``torch.nn.functional.scaled_mm`` with
-  1 x 128 / 128 x 128 scales) and the emulated MXFP8 / NVFP4 GEMMs (bf16 operands that
-  hold the dequantized values exactly, per-tensor scales applied after the GEMM);
-- :mod:`.dispatch`: which quantizer / tensor takes which path (the two hooks the
-  quantizers and ``ops.quantized_matmul`` call).
-
+Each quantization function takes its twin's arguments and returns the same buffers, byte
+for byte (``scripts/gpu_check.py``, ``tests/quant/test_kernels_cpu.py``). Modules:
+:mod:`.float8`, :mod:`.mxfp8`, :mod:`.nvfp4` (quantization), :mod:`.dequantize`,
+:mod:`.transpose`, :mod:`.gemm`, and :mod:`.dispatch` (which path each quantizer takes).
 Triton is imported lazily: ``import tetrt_support.quant`` never needs it.
 """
 

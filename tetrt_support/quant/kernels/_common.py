@@ -119,8 +119,8 @@ def saturating_fp8_cast(y, MAX_VALUE: tl.constexpr, OUT_DTYPE: tl.constexpr, SOF
     instructions per element are left out (``scripts/gpu_check.py`` compares the bytes
     with the reference's, special values included). ``EXPLICIT_CLAMP`` keeps them where
     that check failed without them: kernels that store one cast tile both as it is and
-    transposed gave wrong transposed bytes from fp32 inputs on the H200 (Triton 3.6; bf16
-    inputs were right). The interpreter's integer rounding (:func:`fp8_codes`) needs its
+    transposed wrote wrong transposed bytes from fp32 inputs (Triton 3.6; bf16 inputs were
+    right). The interpreter's integer rounding (:func:`fp8_codes`) needs its
     input clamped first."""
     if SOFTWARE:
         return fp8_codes(clamp_keep_nan(y, MAX_VALUE), E4M3)
@@ -208,9 +208,8 @@ class Launcher:
     only regroup the same per-element and per-block arithmetic: every configuration
     computes the same bytes (``scripts/gpu_check.py`` checks both the fixed and the tuned).
 
-    ``triton.autotune``'s wrapper costs about 30 us of host time per launch (measured on an
-    H200: 60 us through it, 29 us for the same kernel launched directly), as much as an
-    8192 x 4096 cast takes on the GPU. So the wrapper runs once per tuning key (it tunes
+    ``triton.autotune``'s wrapper adds host time to every launch, comparable to what a
+    small cast takes on the GPU. So the wrapper runs once per tuning key (it tunes
     and reports the winner); later launches with that key go to the kernel directly with
     the winning configuration."""
 

@@ -1,25 +1,9 @@
 """Where the quantizers and the quantized GEMM take the fast path, and where they do not.
 
-Two entry points, each returning ``None`` when the reference must run instead (then the
-caller runs it; nothing here changes a result):
-
-- :func:`fast_buffers` (called by ``Quantizer.quantize``): the buffers of one quantizer
-  for one tensor, from the kernels of this package: FP8 current scaling, FP8 blockwise,
-  MXFP8 (1-D blocks) and NVFP4 (1-D or 16 x 16 blocks, with the column-wise Hadamard
-  transform and stochastic rounding). Not covered (the reference runs): FP8 delayed
-  scaling (it updates its history), an amax reduction group, MXFP8 2-D blocks. NVFP4's
-  stochastic rounding draws one seed per layout exactly as the reference does (same
-  generator and device, in the same order) and makes the reference's Philox draws in the
-  kernel (:mod:`tetrt_support.quant.philox`), so the same RNG state gives the same bytes.
-- :func:`fast_matmul` (called by ``ops.quantized_matmul``): ``op(a) @ op(b)`` from the
-  quantized copies the caller names (TE's choice: fprop row-wise x row-wise, dgrad
-  row-wise x column-wise, wgrad column-wise x column-wise), on the GEMM the hardware has.
-  Per-tensor FP8: ``torch._scaled_mm``, transposed operands read from the other copy.
-  FP8 blockwise: the native blockwise GEMM whenever op(a)'s stored rows carry 1 x 128
-  blocks along the contraction dim and op(b)^T's do too (all three GEMMs of a Linear
-  step), else the exact bf16 dequantization and a bf16 GEMM. MXFP8 and NVFP4: the
-  emulated GEMMs of :mod:`.gemm`. Results equal the reference's up to the GEMM's
-  accumulation order (NVFP4: both apply TE's alpha to the product).
+:func:`fast_buffers` (from ``Quantizer.quantize``) and :func:`fast_matmul` (from
+``ops.quantized_matmul``) return ``None`` when the reference must run instead; nothing here
+changes a result beyond the GEMM's accumulation order. What is covered:
+``docs/architecture.md`` ("Module notes", quantized GEMMs).
 """
 
 from __future__ import annotations

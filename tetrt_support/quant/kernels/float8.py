@@ -218,8 +218,9 @@ def _blockwise_kernel(
             if COLUMNWISE:
                 tl.store(col_data_ptr + offs_k[:, None] * M + offs_m[None, :], tl.trans(q), mask=tl.trans(mask))
     elif role == 0:
-        # The two 1 x B programs spell their loads out: load_rows gave them other generated
-        # code (other layouts) than the form the stored H200 runs timed.
+        # The two 1 x B programs spell their loads out rather than call load_rows, which
+        # generates other code (other layouts) than the form timed in
+        # benchmarks/results/gpu_check_cuda.json.
         offs_k = (pid_k * B + tl.arange(0, B)).to(tl.int64)
         mask_k = offs_k < K
         for i in tl.static_range(B // SLAB_1):
@@ -274,14 +275,11 @@ def _scale_buffer(compact_shape: tuple[int, int], block_scaling_dim: int, device
 
 _BLOCKWISE = Launcher(
     _blockwise_kernel,
-    # (SLAB_1, SLAB_2, warps): the fastest forms of 2026-12 H200 probes (bf16): both 1 x 128
-    # layouts of an 8192 x 4096 activation with (64, 64, 4); a 4096 x 4096 weight's 128 x 128
-    # blocks with (64, 64, 8); the row-wise layout alone with (64, 32, 8). The second line
-    # adds narrower slabs and 8-warp forms, which mostly hold fewer registers per thread
-    # (ptxas of Triton 3.8, both 1 x 128 programs in one kernel: 72-107 against 94-128 for
-    # the first line's forms; 80-158 over all twelve before the column-wise program stored
-    # words). The autotuner picks per shape; those probes predate the column-wise rewrite,
-    # which was timed only autotuned.
+    # (SLAB_1, SLAB_2, warps): the autotuner's candidates, picked per shape. The first line
+    # holds the forms meant for both 1 x 128 layouts of an activation ((64, 64, 4)), a
+    # weight's 128 x 128 blocks ((64, 64, 8)) and the row-wise layout alone ((64, 32, 8)); the
+    # second adds narrower slabs and 8-warp forms, which hold fewer registers per thread.
+    # Autotuned times: benchmarks/results/gpu_check_cuda.json ("kernels_autotuned_s").
     tile_configs([(64, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (32, 32, 4), (128, 64, 8),
                   (64, 16, 4), (32, 16, 4), (64, 32, 8), (32, 32, 8), (32, 64, 8), (32, 128, 8)],
                  names=("SLAB_1", "SLAB_2")),

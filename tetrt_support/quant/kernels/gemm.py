@@ -1,25 +1,10 @@
 """Quantized GEMMs on Hopper: native FP8 blockwise, emulated MXFP8 and NVFP4.
 
-Conventions: every function computes ``a @ b.T`` for row-major operands ``a`` (M, K) and
-``b`` (N, K), both quantized along K (the contraction dim), as the quantizers' layouts
-give them (row-wise data for the forward GEMM, the column-wise (transposed) data for the
-dgrad and wgrad GEMMs).
-
-- FP8 blockwise: ``torch.nn.functional.scaled_mm`` with ``BlockWise1x128`` scales for
-  ``a`` and ``BlockWise128x128`` (weights) or ``BlockWise1x128`` (wgrad's second operand)
-  for ``b``: cuBLASLt's DeepSeek-style GEMM, which applies the block scales inside its
-  main loop. Scale layouts it takes (read on an H200 with torch 2.11): 1 x 128 scales as
-  an (rows, K/128) view with strides (1, rows); 128 x 128 scales of ``b`` as a
-  (K/128, N/128) column-major view. ``torch._scaled_mm`` refuses block scales.
-- MXFP8 / NVFP4 have no Hopper GEMM: each operand is dequantized into bf16, which holds
-  the values exactly (MXFP8: ``fp8 * 2**e``; NVFP4: ``e2m1 * e4m3``, WITHOUT the
-  per-tensor factor), and cuBLAS's bf16 GEMM accumulates in fp32. NVFP4's per-tensor
-  factor, TE's GEMM alpha ``amax_a * amax_b / (6 * 6 * 448 * 448)``
-  (:func:`~tetrt_support.quant.numerics.nvfp4_gemm_alpha`), multiplies the fp32 product
-  once, fused with the cast to bf16;
-  :func:`nvfp4_emulated_mm` forms it in that same kernel from the two global amaxes.
-  :func:`emulated_reference_mm` is the same computation in float64 (the definition the
-  fast path is checked against).
+Every function computes ``a @ b.T`` for row-major ``(M, K)`` and ``(N, K)`` operands quantized
+along K. FP8 blockwise runs ``torch.nn.functional.scaled_mm`` with block scales; MXFP8 and
+NVFP4 are dequantized exactly into bf16 for cuBLAS's bf16 GEMM, NVFP4's alpha applied once
+after it. :func:`emulated_reference_mm` is the float64 definition they are checked against.
+Scale views and alpha: ``docs/architecture.md`` ("Module notes", quantized GEMMs).
 """
 
 from __future__ import annotations

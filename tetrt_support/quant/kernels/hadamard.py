@@ -1,25 +1,8 @@
 """NVFP4's column-wise operand: ``x^T`` rotated by the random Hadamard transform, in one pass.
 
-Twin of ``numerics.apply_hadamard(x.t().contiguous(), matrix)``: each group of 16
-consecutive elements of a row of ``x^T`` (16 consecutive rows of one column of ``x``) is
-multiplied by the 16 x 16 matrix ``diag(signs) @ H16 / 4``. The reference forms the sums
-in float64, rounds once to fp32 and then to the input's dtype; so does this kernel, so the
-bytes are the reference's whenever the float64 sums are exact -- which they are unless the
-magnitudes inside one group of 16 span more than about 2^41 (bf16 input) or 2^25 (fp32):
-the products ``x * (+-1/4)`` are exact and every partial sum fits in 53 bits.
-
-The sums are formed as a fast Walsh-Hadamard transform: ``H16`` is ``H2`` tensored four
-times, so four butterfly stages (``a + b``, ``a - b``) over the sign-scaled inputs give
-all 16 outputs with 4 additions each instead of 16 multiply-adds. Every partial sum is
-again a sum of exact products, exact under the same bound, so the result is the
-matrix product's; an exact zero is written as +0, as the matrix product's accumulation
-(from +0) gives it. The matrix is therefore described by its sign mask alone (bit i
-negates row i, :func:`~tetrt_support.quant.numerics.random_hadamard_matrix`), a
-compile-time constant of the kernel.
-
-Why a kernel: the reference on the device (transpose, widen to float64, a float64 matmul,
-narrow twice) moves about 48 bytes per element; this reads ``x`` once and writes ``x^T``
-once (4 bytes per bf16 element).
+Twin of ``numerics.apply_hadamard(x.t().contiguous(), matrix)``, computed as a fast
+Walsh-Hadamard transform from the sign mask alone; the bytes are the reference's while the
+float64 sums are exact (``docs/architecture.md``, section 5, for the bound and the speed).
 """
 
 from __future__ import annotations
@@ -153,8 +136,9 @@ def rht_transpose(x2d: torch.Tensor, sign_mask: int) -> torch.Tensor:
     return out
 
 
-#: (groups of 16 rows, columns, warps) per program: the fastest of ten tilings timed on an H200
-#: at 8192 x 4096 and 16384 x 8192 bf16 (all within 15% of each other, near a copy's time)
+#: (groups of 16 rows, columns, warps) per program, one fixed tiling (no autotuning): the
+#: kernel is a copy with a transform, so tilings differ little; its time next to a plain copy
+#: is in benchmarks/results/gpu_check_cuda.json ("kernel_times_8192x4096")
 TILE = (2, 128, 4)
 
 

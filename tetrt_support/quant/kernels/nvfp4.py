@@ -234,8 +234,8 @@ def _nvfp4_kernel(
 
 _NVFP4 = Launcher(
     _nvfp4_kernel,
-    # small tiles won on an H200 for both layouts (the in-register transpose) and for the
-    # stochastic path (Philox is compute); large ones for the plain row-wise layout
+    # the autotuner's candidates: small tiles for both layouts (the in-register transpose)
+    # and for the stochastic path (Philox is compute), large ones for the plain row-wise layout
     tile_configs([(64, 64, 4), (32, 128, 4), (64, 128, 4), (128, 64, 4), (32, 64, 4), (16, 64, 2), (32, 32, 2),
                   (16, 128, 4)]),
     key=["M", "K", "ROWWISE", "COLUMNWISE", "TWO_D", "STOCHASTIC"], fixed={"BM": 64, "BK": 64},
@@ -302,8 +302,9 @@ def _e2m1_value(code):
     value = tl.where(magnitude_code < 4, magnitude_code.to(tl.float32) * 0.5,
                      tl.where(magnitude_code == 4, 2.0,
                               tl.where(magnitude_code == 5, 3.0, tl.where(magnitude_code == 6, 4.0, 6.0))))
-    # The sign as a bit: on the H200 ``-value`` gave +0.0 for code 8 (-0), a bf16 operand
-    # bit that differed from the reference's (scripts/gpu_check.py).
+    # The sign as a bit: ``-value`` can compile to +0.0 for code 8 (-0), a bf16 operand bit
+    # that differs from the reference's; scripts/gpu_check.py compares these bytes
+    # (benchmarks/results/gpu_check_cuda.json, "bit_identity").
     return (value.to(tl.int32, bitcast=True) | ((code & 8) << 28)).to(tl.float32, bitcast=True)
 
 
