@@ -163,9 +163,9 @@ def test_compile_as_is_checked() -> None:
         Linear(64, 128, recipe="mxfp8", compile_as="inline")
     layer = Linear(64, 128, recipe="fp8_block")
     layer.input_quantizer = Float8BlockQuantizer(block_scaling_dim=2)  # the blockwise GEMM needs a 1x128 lhs
-    assert not layer._inline
+    assert layer._inline is None
     assert "compile_as='auto'" in repr(Linear(64, 48))
-    assert not Linear(64, 128, recipe=get_recipe("mxfp8"))._inline
+    assert Linear(64, 128, recipe=get_recipe("mxfp8"))._inline is None
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +265,7 @@ def test_the_block_step_on_cuda_names_what_it_cannot_take() -> None:
 
     from tetrt_support.quant import inline_linear
 
-    plan = inline_linear.plan_for(get_recipe("fp8_block").quantizers())
+    plan = inline_linear.plan_for(get_recipe("fp8_block").quantizers(), "fp8_block")
     with FakeTensorMode():
         w = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
         x = torch.empty(200, 384, device="cuda", dtype=torch.bfloat16)
@@ -273,4 +273,5 @@ def test_the_block_step_on_cuda_names_what_it_cannot_take() -> None:
         assert inline_linear.unfit(plan, x[:128], w, None) is None
         assert "bias" in inline_linear.unfit(plan, x[:128], w, torch.empty(256, device="cuda"))
         assert "takes bf16" in inline_linear.unfit(plan, x[:128].float(), w, None)
-        assert inline_linear.unfit(inline_linear.plan_for(get_recipe("fp8_current").quantizers()), x, w, None) is None
+        assert inline_linear.unfit(inline_linear.plan_for(get_recipe("fp8_current").quantizers(), "fp8_current"), x, w,
+                                   None) is None

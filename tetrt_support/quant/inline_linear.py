@@ -75,36 +75,37 @@ class BlockGemms:
 Plan = Float8Gemms | BlockGemms
 
 
-def family(plan: Plan) -> str:
-    """The recipe family a plan belongs to (the key of :data:`VERIFIED_DEVICE_TYPES`)."""
-    return "fp8_current" if isinstance(plan, Float8Gemms) else "fp8_block"
-
-
-def supports_inline(quantizers: tuple[Any, Any, Any]) -> bool:
-    """Whether (input, weight, grad) quantizers have an inline step: all FP8 current scaling
-    with no stored reduction group, or all FP8 block scaling with 1x128 input and grad."""
+def inline_family(quantizers: tuple[Any, Any, Any]) -> str | None:
+    """The recipe family whose inline step (input, weight, grad) quantizers take, or None:
+    ``"fp8_current"`` (all FP8 current scaling, no stored reduction group) or ``"fp8_block"``
+    (all FP8 block scaling, 1x128 input and grad). Decided from their classes outside any
+    trace: inside one, torch 2.11's Dynamo sees a value-opaque quantizer as an opaque
+    object whose ``type()`` is not its class."""
     from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
     from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
 
     if all(type(q) is Float8CurrentScalingQuantizer and "amax_reduction_group" not in vars(q) for q in quantizers):
-        return True
-    return (all(type(q) is Float8BlockQuantizer for q in quantizers)
-            and quantizers[0].block_scaling_dim == 1 and quantizers[2].block_scaling_dim == 1)
+        return "fp8_current"
+    if (all(type(q) is Float8BlockQuantizer for q in quantizers)
+            and quantizers[0].block_scaling_dim == 1 and quantizers[2].block_scaling_dim == 1):
+        return "fp8_block"
+    return None
 
 
-def plan_for(quantizers: tuple[Any, Any, Any], fast_accum: tuple[bool, bool, bool] = (False, False, False)) -> Plan:
-    """The settings the inline step reads from (input, weight, grad) quantizers that
-    :func:`supports_inline` accepts (call inside the trace, so Dynamo guards on their values).
+def plan_for(quantizers: tuple[Any, Any, Any], family: str,
+             fast_accum: tuple[bool, bool, bool] = (False, False, False)) -> Plan:
+    """The settings ``family``'s inline step (:func:`inline_family`) reads from (input,
+    weight, grad) quantizers (call inside the trace, so Dynamo guards on their values).
     The block formats' GEMM has no fast-accumulation mode (their recipe requires split
     accumulation), so ``fast_accum`` applies to FP8 current scaling only."""
-    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
-
     settings = {"dtypes": tuple(q.fp8_dtype for q in quantizers),
                 "pow_2": tuple(q.force_pow_2_scales for q in quantizers),
                 "epsilon": tuple(q.amax_epsilon for q in quantizers)}
-    if type(quantizers[0]) is Float8CurrentScalingQuantizer:
+    if family == "fp8_current":
         return Float8Gemms(**settings, fast_accum=fast_accum)  # type: ignore[arg-type]
-    return BlockGemms(**settings, block_dims=tuple(q.block_scaling_dim for q in quantizers))  # type: ignore[arg-type]
+    if family == "fp8_block":
+        return BlockGemms(**settings, block_dims=tuple(q.block_scaling_dim for q in quantizers))  # type: ignore[arg-type]
+    raise ValueError(f"plan_for: no inline step for family {family!r}; expected 'fp8_current' or 'fp8_block'")
 
 
 def unfit(plan: Plan, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:

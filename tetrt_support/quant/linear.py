@@ -113,7 +113,7 @@ class Linear(torch.nn.Module):
         self._use_quantizers()  # the ops, the weight templates
         device = self.weight.device
         if compile_as == "inline" and device.type != "meta":
-            family = inline_linear.family(inline_linear.plan_for(quantizers))
+            family = inline_linear.inline_family(quantizers)
             if not inline_linear.verified_on(device, family):
                 inline_linear.warn_unverified(device, family)  # here too: a compiled call does not warn
         self.reset_parameters()
@@ -143,8 +143,8 @@ class Linear(torch.nn.Module):
         if bad is not None:
             raise TypeError(f"Linear.{bad} must be a Quantizer, got {type(getattr(self, bad)).__name__}")
         self._ops = linear_ops(*(type(q) for q in quantizers), self.fake_impl)
-        self._inline = inline_linear.supports_inline(quantizers)
-        if self.compile_as == "inline" and not self._inline:
+        self._inline = inline_linear.inline_family(quantizers)  # None: no inline step
+        if self.compile_as == "inline" and self._inline is None:
             raise ValueError(
                 "Linear(compile_as='inline'): the inline step covers FP8 current scaling (no stored amax reduction "
                 "group) and FP8 block scaling with 1x128 input and grad quantizers, the same for all three roles; "
@@ -214,22 +214,22 @@ class Linear(torch.nn.Module):
         grad_enabled = torch.is_grad_enabled()
         input_columnwise = grad_enabled and weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
-        if self._inline and is_first_microbatch is None and (
+        if self._inline is not None and is_first_microbatch is None and (
             self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling())
         ):
             # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
             # quantizer changed in place recompiles (a plan built at assignment would go stale).
             plan = inline_linear.plan_for((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
-                                          self.fast_accum)
+                                          self._inline, self.fast_accum)
             x2d = x.reshape(-1, x.shape[-1])
             unfit = inline_linear.unfit(plan, x2d, weight, bias)
             if unfit is not None and self.compile_as == "inline":
                 raise ValueError(f"Linear(compile_as='inline'): {unfit}; compile_as='auto' takes the custom ops here")
-            verified = inline_linear.verified_on(x.device, inline_linear.family(plan))
+            verified = inline_linear.verified_on(x.device, self._inline)
             if unfit is None and (verified or self.compile_as == "inline"):
                 if not verified and not torch.compiler.is_compiling():
                     # eager calls only: a warning inside the trace would break the graph at every Linear
-                    inline_linear.warn_unverified(x.device, inline_linear.family(plan))
+                    inline_linear.warn_unverified(x.device, self._inline)
                 out = inline_linear.linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
                                            weight_columnwise=weight_columnwise, group_name=amax_group)
                 return out.reshape(*x.shape[:-1], out_features)
