@@ -1,55 +1,11 @@
-"""A quantized Linear whose forward and backward are torch.library custom ops.
+"""A quantized Linear whose forward and backward are torch.library custom ops (or, under
+torch.compile, the inline step of :mod:`~tetrt_support.quant.inline_linear`).
 
-The module holds a high-precision weight (the optimiser updates it) and three value
-quantizers chosen by ``recipe``; each call quantizes the input and the weight inside the
-forward op, runs the GEMM, and saves the quantized operands -- flattened into plain
-tensors -- for the backward op, which quantizes the output gradient and computes dgrad
-and wgrad. Each GEMM reads the layouts TE's does (fprop: row-wise x row-wise; dgrad:
-row-wise grad x column-wise weight; wgrad: column-wise grad x column-wise input, where the
-nvfp4 recipe's Hadamard transform applies), and each operand is quantized only in the
-layouts some GEMM of this call will read, as TE's ``_Linear.forward`` decides: row-wise
-always; the input column-wise when gradients are enabled and the weight requires grad
-(wgrad); the weight column-wise when gradients are enabled and the input requires grad
-(dgrad). So under ``torch.no_grad()`` nothing column-wise is made. The quantizers'
-own usage flags are not consulted (TE sets them on every call); the decisions reach the
-op as bool arguments, and under torch.compile they are constants the graph is guarded on
-(grad mode, ``requires_grad``). ``fake_impl`` picks how the ops' fake impls and the
-flat<->quantized conversions are written (:mod:`tetrt_support.quant.fake_impls`); both
-compile with ``fullgraph=True`` on eager, aot_eager and inductor.
-
-``recipe`` is a name (TE's defaults) or a :class:`~tetrt_support.quant.recipes.Recipe`
-from ``get_recipe(name, **options)``; ``layer.recipe`` is the Recipe either way, until a
-quantizer is assigned that differs from the recipe's (below): then no recipe describes the
-layer, ``layer.recipe`` is None and the repr names the quantizers instead.
-
-Weight caching follows TransformerEngine's ``is_first_microbatch``: ``True`` quantizes
-the weight and keeps the quantized copy, ``False`` reuses it (the op then gets the
-cached buffers as inputs and, by the aliasing rule, does not return them), ``None``
-(default) quantizes every call. The cache holds the layouts of the call that made it; a
-cache with more than a later call needs is reused. No cache yet, or one lacking the
-column-wise copy a later call needs (cached without gradients, then used in training),
-is a cache miss, as TE's ``quantize_weight`` treats a missing workspace or one without
-the needed usage: the weight is quantized afresh and that copy becomes the cache.
-
-Across ranks: ``amax_reduction_group`` (a ProcessGroup or its name; TE's quantizer
-attribute of that name, which TE's Linear fills from its ``tp_group`` for FP8 current
-scaling under sequence parallelism) all-reduces (MAX) the input's and the output
-gradient's amaxes over that group on every call, so each rank's rows are quantized as one
-process would quantize the whole batch. The group stays on the Linear, never in its value
-quantizers: the reduction is a functional collective (``funcol.all_reduce``) run outside
-the custom ops, whose reduced amax they take as an input, so under torch.compile it is a
-node of the forward and the backward graph; ``compile_as="auto"`` takes the inline step
-with the same collectives. The weight's amax is its own (under FSDP2 the whole weight is
-on every rank). FP8 current scaling only; other recipes refuse a group (ValueError). A
-Linear whose weight is a DTensor (``parallelize_module`` with
-:func:`~tetrt_support.quant.tensor_parallel.colwise_parallel` /
-:func:`~tetrt_support.quant.tensor_parallel.rowwise_parallel`) runs on its local shards,
-reducing over the mesh's group (:mod:`tetrt_support.quant.tensor_parallel`).
-
-The quantizers may be replaced (``layer.weight_quantizer = Float8CurrentScalingQuantizer(
-torch.float8_e5m2)``): the layer then takes the custom ops typed for the new classes,
-rebuilds its templates of the quantized weight, and drops the cached weight, which the old
-quantizer made (reusing it would compute with the old format, or fail on its buffers).
+The module holds the high-precision weight and three value quantizers chosen by
+``recipe``; each call quantizes the operands in the layouts TE's GEMMs read, runs the
+GEMMs and saves the quantized copies backward needs. It also takes TE's weight caching
+(``is_first_microbatch``), an amax reduction group across ranks, and a DTensor weight.
+``docs/architecture.md`` ("The quantized Linear") says what each rule follows in TE.
 """
 
 from __future__ import annotations
