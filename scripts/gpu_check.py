@@ -306,8 +306,10 @@ def check_gemms(report: dict[str, Any]) -> None:
     }
     # The same operands with the scales the quantizers store (TE's GEMM-ready buffers, read
     # by the GEMM as views, no re-layout copy): the product must be bit-identical.
-    from tetrt_support.quant.kernels.dispatch import gemm_ready_block_scales
-    from tetrt_support.quant.float8_blockwise_tensor import Float8BlockQuantizer
+    from tetrt_support.quant.float8_blockwise_tensor import (
+        Float8BlockQuantizer,
+        gemm_ready_block_scales,
+    )
 
     def stored(t: torch.Tensor, dim: int) -> Any:
         return Float8BlockQuantizer(block_scaling_dim=dim, columnwise_usage=True).quantize(t)

@@ -1,7 +1,7 @@
 """The fused (compiled) FP8 current-scaling path produces the same bytes as the eager one.
 
-The fused path is taken on CUDA; here the same function is compiled through inductor's CPU
-backend and compared with the eager quantizer bit for bit.
+The fused path is taken on CUDA (``current_scaling_route``); here the same function is
+compiled through inductor's CPU backend and compared with the eager quantizer bit for bit.
 """
 
 import pytest
@@ -9,6 +9,7 @@ import torch
 
 from tetrt_support.quant import fused
 from tetrt_support.quant import Float8CurrentScalingQuantizer
+from tetrt_support.quant.float8_tensor import current_scaling_route
 
 
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
@@ -24,6 +25,11 @@ def test_fused_current_scaling_is_bit_exact(fp8_dtype: torch.dtype, power_of_2: 
     assert torch.equal(scale_inv, eager._scale_inv)
 
 
-def test_fused_path_is_cuda_only() -> None:
-    assert not fused.should_fuse(torch.ones(4, 4))
-    assert not fused.should_fuse(torch.ones(0, 4))
+def test_fused_path_is_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The one decision (float8_tensor.current_scaling_route) never compiles for a CPU tensor,
+    # with or without the kernels.
+    q = Float8CurrentScalingQuantizer()
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TETRT_QUANT_KERNELS", flag)
+        assert current_scaling_route(q, torch.ones(4, 4), {}) != "compiled"
+        assert current_scaling_route(q, torch.ones(0, 4), {}) is None

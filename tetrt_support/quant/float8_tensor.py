@@ -7,6 +7,7 @@ steps, held in live tensors, so it keeps identity semantics;
 (optionally all-reduced per call) and is a value type. Numerics:
 :func:`~tetrt_support.quant.numerics.float8_current_scaling_quantize` and
 :func:`~tetrt_support.quant.numerics.delayed_scaling_update`.
+Its CUDA fast paths (quantize, GEMM) are registered at the end (:mod:`.kernels.dispatch`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 import torch
 
-from tetrt_support.quant import fused, numerics
+from tetrt_support.quant import fused, kernels, numerics
 from tetrt_support.quant.base import BufferSpec, QuantizedTensor, Quantizer, all_reduce_max, as_dims
 from tetrt_support.quant.dynamo import register_value_quantizer
+from tetrt_support.quant.kernels import dispatch
 
 
 class Float8Tensor(QuantizedTensor):
@@ -42,8 +44,7 @@ class _PerTensorFloat8(Quantizer):
     fp8_dtype: torch.dtype
 
     def _check_dtype(self) -> None:
-        if self.fp8_dtype not in numerics.FP8_DTYPES:
-            raise ValueError(f"{type(self).__name__}: fp8_dtype must be one of {numerics.FP8_DTYPES}, got {self.fp8_dtype}")
+        numerics.check_fp8_dtype(self.fp8_dtype, type(self).__name__)
 
     def _layout_buffers(self, data2d: torch.Tensor, scale_inv: torch.Tensor, shape: tuple[int, ...]) -> dict[str, torch.Tensor | None]:
         data = data2d.reshape(shape)
@@ -138,14 +139,11 @@ class Float8CurrentScalingQuantizer(_PerTensorFloat8):
                 amax_epsilon=self.amax_epsilon, tensor_amax=tensor_amax,
             )
             return data, scale_inv
-        if group is None and fused.should_fuse(x2d):
-            data, scale_inv = fused.compiled_current_scaling()(x2d, self.fp8_dtype, self.force_pow_2_scales, self.amax_epsilon)
-        else:
-            amax, _ = self.compute_scale(x2d, amax_reduction_group=group)
-            data, scale_inv, _ = numerics.float8_current_scaling_quantize(
-                x2d, self.fp8_dtype, force_pow_2_scales=self.force_pow_2_scales,
-                amax_epsilon=self.amax_epsilon, tensor_amax=amax,
-            )
+        amax, _ = self.compute_scale(x2d, amax_reduction_group=group)
+        data, scale_inv, _ = numerics.float8_current_scaling_quantize(
+            x2d, self.fp8_dtype, force_pow_2_scales=self.force_pow_2_scales,
+            amax_epsilon=self.amax_epsilon, tensor_amax=amax,
+        )
         return data, scale_inv
 
 
@@ -217,3 +215,96 @@ class Float8Quantizer(_PerTensorFloat8):
             self.amax_history.copy_(history)
             self.scale.copy_(scale)
         return self.scale
+
+
+# ------------------------------------------------------------------ CUDA fast paths
+# Delayed scaling (Float8Quantizer) has none: its quantize updates live tensors.
+_CURRENT_SCALING_OPTIONS = frozenset({"amax_reduction_group", "tensor_amax"})
+
+
+def current_scaling_route(quantizer: Float8CurrentScalingQuantizer, x: torch.Tensor,
+                          options: dict[str, Any]) -> str | None:
+    """Which fast path ``quantizer.quantize(x, **options)`` takes: ``"kernel"`` (the Triton
+    kernels of :mod:`~tetrt_support.quant.kernels.float8`), ``"compiled"`` (the reference
+    compiled by inductor, :mod:`~tetrt_support.quant.fused`) or None (the eager reference).
+
+    The one decision of FP8 current scaling, the same on every device: an amax given or
+    reduced over a group (per call or stored), an option the quantizer does not take (the
+    reference names it), an empty tensor or a trace run the reference; then the kernels
+    wherever they apply (:func:`~tetrt_support.quant.kernels.enabled`: CUDA, or the CPU
+    under Triton's interpreter); else, on CUDA with Triton (inductor's CUDA backend), the
+    compiled reference, also under ``TETRT_QUANT_KERNELS=0``. All three give the same bytes."""
+    if set(options) - _CURRENT_SCALING_OPTIONS or any(v is not None for v in options.values()):
+        return None
+    if vars(quantizer).get("amax_reduction_group") is not None:
+        return None
+    if x.numel() == 0 or torch.compiler.is_compiling():
+        return None
+    if kernels.enabled(x):
+        return "kernel"
+    if x.is_cuda and kernels.triton_available():
+        return "compiled"
+    return None
+
+
+@dispatch.QUANTIZE.register(Float8CurrentScalingQuantizer)
+def _current_scaling_buffers(q: Float8CurrentScalingQuantizer, x: torch.Tensor, x2d: torch.Tensor,
+                             options: dict[str, Any]) -> dict[str, torch.Tensor | None] | None:
+    route = current_scaling_route(q, x, options)
+    if route == "compiled":
+        compiled = fused.compiled_current_scaling()
+        data, scale_inv = compiled(x2d, q.fp8_dtype, q.force_pow_2_scales, q.amax_epsilon)
+        return q._layout_buffers(data, scale_inv, tuple(x.shape))
+    if route != "kernel":
+        return None
+    from tetrt_support.quant.kernels.float8 import current_scaling_quantize
+
+    data, transpose, scale_inv, _ = current_scaling_quantize(
+        x2d, q.fp8_dtype, force_pow_2_scales=q.force_pow_2_scales, amax_epsilon=q.amax_epsilon,
+        rowwise=True, columnwise=q.columnwise_usage,
+    )
+    shape = tuple(x.shape)
+    if transpose is not None and len(shape) > 2:
+        transpose = transpose.reshape(shape[-1], *shape[:-1])
+    return {"_data": data.reshape(shape) if q.rowwise_usage else None, "_transpose": transpose,
+            "_scale_inv": scale_inv}
+
+
+def _float8_parts(t: Float8Tensor, layout: str | None) -> dispatch.Parts | None:
+    """(2-D data, scale_inv, None, layout) of the named copy (None: the first present):
+    row-wise ``_data`` (M, K) or column-wise ``_transpose`` (K, M); None when absent or not 2-D."""
+    names = {"rowwise": "_data", "columnwise": "_transpose"}
+    for name in ([layout] if layout else ["rowwise", "columnwise"]):
+        data = getattr(t, names[name], None)
+        if data is not None:
+            return (data, t._scale_inv, None, name) if data.dim() == 2 else None
+    return None
+
+
+@dispatch.GEMM.register(Float8Tensor)
+def _tensorwise_mm(a: Float8Tensor, b: Float8Tensor, *, layout_a: str | None, layout_b: str | None,
+                   transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype,
+                   fast_accum: bool) -> torch.Tensor | None:
+    """``_scaled_mm(lhs row-major, rhs column-major)``; a per-tensor scale makes every
+    transpose exact, so the other copy (or a transpose kernel) serves when one is missing."""
+    both = dispatch.operands(a, b, layout_a, layout_b, _float8_parts)
+    if both is None or a._scale_inv.numel() != 1 or b._scale_inv.numel() != 1:
+        return None
+    pa, pb = both
+    from tetrt_support.quant.kernels.transpose import transpose_fp8
+
+    def row_major(t: Float8Tensor, parts: dispatch.Parts, transposed: bool) -> torch.Tensor:
+        """op(t) as a row-major matrix, from the stored copy ``parts`` (or the other one)."""
+        data, layout = parts[0], parts[3]
+        if (layout == "columnwise") == transposed:
+            return data
+        other = t._transpose if layout == "rowwise" else t._data
+        if other is not None and other.dim() == 2:
+            return other
+        return transpose_fp8(data)
+
+    lhs = row_major(a, pa, transpose_a)
+    rhs_t = row_major(b, pb, not transpose_b)  # op(b)^T row-major == op(b) column-major
+    return torch._scaled_mm(lhs, rhs_t.t(), scale_a=a._scale_inv.reshape(()),
+                            scale_b=b._scale_inv.reshape(()), out_dtype=out_dtype,
+                            use_fast_accum=fast_accum)

@@ -1,4 +1,4 @@
-"""Fused per-tensor FP8 current-scaling quantization for CUDA tensors (torch.compile'd).
+"""Fused per-tensor FP8 current-scaling quantization (torch.compile'd), for CUDA tensors.
 
 Eager PyTorch runs the current-scaling recipe as about eight kernels (abs, amax, the scale
 arithmetic, multiply, clamp, cast, transpose), each a pass over the whole tensor; next to
@@ -6,7 +6,8 @@ an FP8 GEMM those passes cost about as much as the GEMM. Inductor fuses them int
 reduction and one pointwise kernel. The compiled function is written with the same
 :mod:`~tetrt_support.quant.numerics` functions as the eager path, so it produces the same
 bytes (``tests/quant/test_fused.py`` checks this through inductor's CPU backend; the CUDA
-build of the same graph is not covered by the CPU tests).
+build of the same graph is not covered by the CPU tests). When it runs is decided with the
+other fast paths, in :func:`tetrt_support.quant.float8_tensor.current_scaling_route`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from tetrt_support.quant import numerics
+
 
 def current_scaling(
     x2d: torch.Tensor, fp8_dtype: torch.dtype, force_pow_2_scales: bool, amax_epsilon: float
@@ -33,8 +35,3 @@ def current_scaling(
 def compiled_current_scaling() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """:func:`current_scaling` compiled once per process (shapes are dynamic after a change)."""
     return torch.compile(current_scaling, fullgraph=True)
-
-
-def should_fuse(x: torch.Tensor) -> bool:
-    """Fuse on CUDA only, outside a trace (inside one, the caller's compiler fuses anyway)."""
-    return x.is_cuda and x.numel() > 0 and not torch.compiler.is_compiling()

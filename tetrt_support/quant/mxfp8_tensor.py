@@ -6,15 +6,19 @@ in a uint8 (:func:`~tetrt_support.quant.numerics.mxfp8_quantize`). Layouts are T
 the input's N-D shape, 1x32 row-wise and 32x1 column-wise blocks, or 32x32 tiles with
 ``with_2d_quantization``; M and K must be multiples of 32. Scale buffers are padded or
 swizzled as TE allocates them (:mod:`tetrt_support.quant.scale_layouts`).
+Its CUDA fast paths (quantize, GEMM) are registered at the end (:mod:`.kernels.dispatch`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from tetrt_support.quant import numerics, scale_layouts
+from tetrt_support.quant import kernels, numerics, scale_layouts
 from tetrt_support.quant.base import BufferSpec, QuantizedTensor, RowColumnQuantizer, check_block_multiple
 from tetrt_support.quant.dynamo import register_value_quantizer
+from tetrt_support.quant.kernels import dispatch
 
 BLOCK = numerics.MXFP8_BLOCK
 
@@ -47,8 +51,7 @@ class MXFP8Quantizer(RowColumnQuantizer):
         optimize_for_gemm: bool = False,
     ) -> None:
         super().__init__(rowwise_usage=rowwise_usage, columnwise_usage=columnwise_usage, internal=internal)
-        if fp8_dtype not in numerics.FP8_DTYPES:
-            raise ValueError(f"MXFP8Quantizer: fp8_dtype must be one of {numerics.FP8_DTYPES}, got {fp8_dtype}")
+        numerics.check_fp8_dtype(fp8_dtype, type(self).__name__)
         self.fp8_dtype = fp8_dtype
         self.with_2d_quantization = bool(with_2d_quantization)
         self.optimize_for_gemm = bool(optimize_for_gemm)
@@ -88,3 +91,40 @@ class MXFP8Quantizer(RowColumnQuantizer):
         compact = (rows, cols // BLOCK) if layout == "rowwise" else (rows // BLOCK, cols)
         scale_shape = scale_layouts.microscale_padded_shape(compact, along_rows=layout == "columnwise")
         return {"data": ((rows, cols), self.fp8_dtype), "scale_inv": (scale_shape, torch.uint8)}
+
+
+# ------------------------------------------------------------------ CUDA fast paths
+@dispatch.QUANTIZE.register(MXFP8Quantizer)
+def _mxfp8_buffers(q: MXFP8Quantizer, x: torch.Tensor, x2d: torch.Tensor,
+                   options: dict[str, Any]) -> dict[str, torch.Tensor | None] | None:
+    """1 x 32 and 32 x 1 blocks from one read of x; 32 x 32 blocks run the reference."""
+    if options or q.with_2d_quantization or not kernels.enabled(x):
+        return None
+    from tetrt_support.quant.kernels.mxfp8 import mxfp8_quantize
+
+    rd, rs, cd, cs = mxfp8_quantize(x2d, q.fp8_dtype, rowwise=q.rowwise_usage,
+                                    columnwise=q.columnwise_usage)
+    return dispatch.kernel_layouts(q, rd, rs, cd, cs)
+
+
+@dispatch.GEMM.register(MXFP8Tensor)
+def _mxfp8_mm(a: MXFP8Tensor, b: MXFP8Tensor, *, layout_a: str | None, layout_b: str | None,
+              transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype,
+              fast_accum: bool) -> torch.Tensor | None:
+    """Emulated: bf16 operands holding the dequantized values exactly. Both copies keep the
+    (M, K) layout: row-wise scales per 1 x 32, column-wise per 32 x 1."""
+    del fast_accum  # no such setting for the block formats' GEMMs
+    both = dispatch.operands(a, b, layout_a, layout_b, dispatch.row_column_parts)
+    if both is None:
+        return None
+    from tetrt_support.quant.kernels import gemm
+    from tetrt_support.quant.kernels.mxfp8 import mxfp8_dequantize_bf16
+
+    def values(parts: dispatch.Parts) -> torch.Tensor:
+        data, scale, _, layout = parts
+        block = (1, BLOCK) if layout == "rowwise" else (BLOCK, 1)
+        return mxfp8_dequantize_bf16(data, scale, *block)
+
+    lhs, rhs = values(both[0]), values(both[1])
+    return gemm.emulated_mm(lhs.t() if transpose_a else lhs, rhs if transpose_b else rhs.t(),
+                            out_dtype=out_dtype)

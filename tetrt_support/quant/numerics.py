@@ -28,11 +28,17 @@ MXFP8_BLOCK = 32
 TE_RHT_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 
 
+def check_fp8_dtype(dtype: torch.dtype, owner: str) -> torch.dtype:
+    """``dtype`` when it is one of :data:`FP8_DTYPES`, else a ValueError naming ``owner``:
+    the one FP8 dtype check of the package."""
+    if dtype not in FP8_DTYPES:
+        raise ValueError(f"{owner}: fp8_dtype must be one of {FP8_DTYPES}, got {dtype!r}")
+    return dtype
+
+
 def fp8_max(dtype: torch.dtype) -> float:
     """Largest finite value of an FP8 format (448 for E4M3, 57344 for E5M2)."""
-    if dtype not in FP8_DTYPES:
-        raise ValueError(f"fp8_max: expected one of {FP8_DTYPES}, got {dtype}")
-    return float(torch.finfo(dtype).max)
+    return float(torch.finfo(check_fp8_dtype(dtype, "fp8_max")).max)
 
 
 def input_dtype_max(dtype: torch.dtype) -> float:

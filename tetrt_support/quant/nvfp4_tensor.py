@@ -5,6 +5,7 @@ Hadamard transform, 2-D blocks, stochastic rounding, row-scaled amaxes, 4over6),
 combinations TE refuses, and stores buffers in TE's shapes and padding. The numerics are in
 :mod:`tetrt_support.quant.numerics`; the scaling formula and each option's rules are in
 ``docs/architecture.md`` ("Module notes", NVFP4).
+Its CUDA fast paths (quantize, GEMM) are registered at the end (:mod:`.kernels.dispatch`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 
 import torch
 
-from tetrt_support.quant import numerics, philox, scale_layouts
+from tetrt_support.quant import kernels, numerics, philox, scale_layouts
 from tetrt_support.quant.base import (
     BufferSpec, QuantizedTensor, RowColumnQuantizer, all_reduce_max, as_dims, check_block_multiple, rows_cols,
 )
 from tetrt_support.quant.dynamo import register_value_quantizer
+from tetrt_support.quant.kernels import dispatch
 
 BLOCK = numerics.NVFP4_BLOCK
 TE_RHT_SIGN_MASK = numerics.TE_RHT_SIGN_MASK
@@ -255,3 +257,111 @@ class NVFP4Quantizer(RowColumnQuantizer):
             "scale_inv": (scale_layouts.microscale_padded_shape((rows, cols // BLOCK), along_rows=False), torch.float8_e4m3fn),
             "amax": ((rows if self.row_scaled_nvfp4 else 1,), torch.float32),
         }
+
+
+# ------------------------------------------------------------------ CUDA fast paths
+@dispatch.QUANTIZE.register(NVFP4Quantizer)
+def _nvfp4_buffers(q: NVFP4Quantizer, x: torch.Tensor, x2d: torch.Tensor,
+                   options: dict[str, Any]) -> dict[str, torch.Tensor | None] | None:
+    """The Triton kernels for 1 x 16 and 16 x 16 blocks, RHT and stochastic rounding; an
+    amax reduction, row-scaled amaxes and 4over6 run the reference."""
+    if set(options) - {"generator", "amax_reduction_group"}:
+        return None
+    if options.get("amax_reduction_group") is not None:
+        return None
+    if q.row_scaled_nvfp4 or q.nvfp4_use_4over6 or not kernels.enabled(x):
+        return None
+    from tetrt_support.quant.kernels.nvfp4 import nvfp4_quantize
+
+    block_rows = BLOCK if q.with_2d_quantization else 1
+    if not (q.columnwise_usage and (q.with_rht or q.stochastic_rounding)):
+        # both layouts from one read of x (the column-wise one is the recipe on x^T)
+        seed = None
+        if q.stochastic_rounding:  # row-wise only here: the reference's one draw
+            seed = philox.draw_seed(options.get("generator"), x2d.device)
+        rd, rs, cd, cs, amax = nvfp4_quantize(x2d, None, block_rows, rowwise=q.rowwise_usage,
+                                              columnwise=q.columnwise_usage, seed=seed)
+        out = dispatch.kernel_layouts(q, rd, rs, cd, cs)
+        if q.rowwise_usage:
+            out["_amax_rowwise"] = amax
+        if q.columnwise_usage:
+            out["_amax_columnwise"] = amax.clone() if q.rowwise_usage else amax
+        return out
+    # The reference's structure, layout by layout: the layout's matrix (x, or x^T rotated by
+    # the quantizer's Hadamard transform), its amax, its seed (same generator and order),
+    # then the row-wise kernel on that matrix.
+    out: dict[str, torch.Tensor | None] = {}
+    for layout in ("rowwise", "columnwise"):
+        if not getattr(q, f"{layout}_usage"):
+            continue
+        matrix = x2d if layout == "rowwise" else _columnwise_matrix(q, x2d)
+        seed = None
+        if q.stochastic_rounding:
+            seed = philox.draw_seed(options.get("generator"), matrix.device)
+        data, scale, _, _, amax = nvfp4_quantize(matrix, None, block_rows, seed=seed)
+        out[f"_{layout}_data"] = data
+        out[f"_{layout}_scale_inv"] = q._store_scale_inv(scale, layout)
+        out[f"_amax_{layout}"] = amax
+    return out
+
+
+def _columnwise_matrix(q: NVFP4Quantizer, x2d: torch.Tensor) -> torch.Tensor:
+    """``q._layout_matrix(x2d, "columnwise")``: ``x^T``, rotated by the quantizer's Hadamard
+    matrix when ``with_rht`` -- in one kernel that transposes and rotates
+    (:mod:`~tetrt_support.quant.kernels.hadamard`, the reference's float64 sums and
+    roundings; the matrix is a compile-time constant of the kernel, given by its sign mask).
+    The quantizer's own path builds the matrix from a Python list per call, a host-to-device
+    copy that a CUDA graph capture refuses; where the reference runs here, the matrix is
+    kept on the device."""
+    if not q.with_rht:
+        return x2d.t().contiguous()
+    if x2d.shape[0] % BLOCK:  # the reference's own error, from its own code
+        matrix = _device_hadamard(q.rht_sign_mask, x2d.device)
+        return numerics.apply_hadamard(x2d.t().contiguous(), matrix)
+    from tetrt_support.quant.kernels.hadamard import rht_transpose
+
+    return rht_transpose(x2d, q.rht_sign_mask)
+
+
+_HADAMARD: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _device_hadamard(sign_mask: int, device: torch.device) -> torch.Tensor:
+    """The quantizer's Hadamard matrix, built once per (mask, device) and kept there."""
+    key = (sign_mask, str(device))
+    if key not in _HADAMARD:
+        _HADAMARD[key] = numerics.random_hadamard_matrix(sign_mask, device=device)
+    return _HADAMARD[key]
+
+
+@dispatch.GEMM.register(NVFP4Tensor)
+def _nvfp4_mm(a: NVFP4Tensor, b: NVFP4Tensor, *, layout_a: str | None, layout_b: str | None,
+              transpose_a: bool, transpose_b: bool, out_dtype: torch.dtype,
+              fast_accum: bool) -> torch.Tensor | None:
+    """Operands ``e2m1 * e4m3`` in bf16; TE's alpha after the GEMM. A column-wise
+    copy is stored transposed, and when both copies carry the same Hadamard rotation along
+    the contraction dim it cancels in the product (TE's wgrad), so it is not undone."""
+    del fast_accum  # no such setting for the block formats' GEMMs
+    both = dispatch.operands(a, b, layout_a, layout_b, dispatch.row_column_parts)
+    if both is None:
+        return None
+    (ad, as_, aa, la), (bd, bs, ba, lb) = both
+    if aa is None or ba is None or aa.numel() != 1 or ba.numel() != 1:
+        return None  # row-scaled amaxes: the reference
+    if a._quantizer.nvfp4_e4m3_max != 448 or b._quantizer.nvfp4_e4m3_max != 448:
+        return None
+    a_rows_are_op = (la == "columnwise") == transpose_a
+    bt_rows_are_stored = (lb == "columnwise") != transpose_b
+    rotated_a = la == "columnwise" and a._quantizer.with_rht
+    rotated_b = lb == "columnwise" and b._quantizer.with_rht
+    if rotated_a or rotated_b:  # the rotation cancels only between two copies rotated alike along K
+        if not (rotated_a and rotated_b and a_rows_are_op and bt_rows_are_stored
+                and a._quantizer.rht_sign_mask == b._quantizer.rht_sign_mask):
+            return None
+    from tetrt_support.quant.kernels import gemm
+    from tetrt_support.quant.kernels.nvfp4 import nvfp4_operand_bf16
+
+    lhs, rhs = nvfp4_operand_bf16(ad, as_), nvfp4_operand_bf16(bd, bs)
+    return gemm.nvfp4_emulated_mm(lhs if a_rows_are_op else lhs.t(),
+                                  rhs if bt_rows_are_stored else rhs.t(), aa, ba,
+                                  out_dtype=out_dtype)

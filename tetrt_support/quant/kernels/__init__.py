@@ -3,8 +3,8 @@
 Each quantization function takes its twin's arguments and returns the same buffers, byte
 for byte (``scripts/gpu_check.py``, ``tests/quant/test_kernels_cpu.py``). Modules:
 :mod:`.float8`, :mod:`.mxfp8`, :mod:`.nvfp4` (quantization), :mod:`.dequantize`,
-:mod:`.transpose`, :mod:`.gemm`, and :mod:`.dispatch` (which path each quantizer takes).
-Triton is imported lazily: ``import tetrt_support.quant`` never needs it.
+:mod:`.transpose`, :mod:`.gemm`, and :mod:`.dispatch` (the fast-path tables, which each
+format module fills). Triton is imported lazily: ``import tetrt_support.quant`` never needs it.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ def interpreting() -> bool:
 def enabled(x: torch.Tensor) -> bool:
     """Whether the fast path applies to ``x``: a CUDA tensor, Triton present, not disabled.
 
-    ``TETRT_QUANT_KERNELS=0`` turns every fast path off (the reference runs instead), which
-    is how the GPU check and the benchmarks compare the two on one machine. Inside a
-    torch.compile trace the fast path is never taken (the tracer sees the reference ops).
+    ``TETRT_QUANT_KERNELS=0`` turns the kernels off (the reference runs instead; FP8 current
+    scaling runs it compiled on CUDA:
+    :func:`~tetrt_support.quant.float8_tensor.current_scaling_route`), which is how the GPU
+    check and the benchmarks compare the two on one machine. Inside a torch.compile trace
+    the fast path is never taken (the tracer sees the reference ops).
     """
     if os.environ.get("TETRT_QUANT_KERNELS", "1") == "0":
         return False
