@@ -214,16 +214,17 @@ Table([(unit, f"{b[1]} {b[0]}", f"{f[1]} {f[0]}") for unit, b, f in
 
 # %% [markdown]
 # A block's Linear weights go from two bytes an element to one; its RMSNorm weights (and the
-# root's embedding) stay bf16 bytes in the same uint8 all-gather. One Linear, sharded on the
-# two ranks, against the unsharded Linear in one process (the weight's largest magnitude is
-# in rank 0's rows only, so rank 1's own amax is below the weight's):
+# root's embedding) stay bf16 bytes in the same uint8 all-gather. One Linear (64 → 32),
+# sharded on the two ranks, against the unsharded Linear in one process (the weight's
+# largest magnitude is in rank 0's rows only, so rank 1's own amax is below the weight's),
+# and one of 25 output features, whose 13 + 12 rows FSDP2 pads to 13 each:
 
 # %%
 lin = f8["linear"]
 checks = ["gathered_bytes_equal", "out_equal", "dgrad_equal", "wgrad_equal", "dbias_equal"]
 Table([(gather, lin[gather]["unsharded_weight"], lin[gather]["all_gathers"][0][0],
         *("-" if lin[gather][c] is None else lin[gather][c] for c in checks))
-       for gather in ("bf16", "fp8")],
+       for gather in ("bf16", "fp8", "fp8 uneven")],
       ["all-gather", "weight in forward", "sent as", "gathered = unsharded quantization", "output",
        "input grad", "weight grad", "bias grad"])
 

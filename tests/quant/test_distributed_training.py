@@ -20,7 +20,8 @@ import torch
 from tetrt_support.quant import Linear, MXFP8Quantizer, convert_to_quantized_training
 from tetrt_support.quant.distributed import single_process_group
 from tetrt_support.quant.fsdp_float8 import Float8AllGatherWeight, Float8GatheredWeight
-from tetrt_support.report.distributed_training import IN, OUT, TP_EXACT, run_across_ranks
+from tetrt_support.report.distributed_training import (IN, OUT, TP_EXACT, UNEVEN_OUT,
+                                                        run_across_ranks)
 from tetrt_support.zoo.decoder import Decoder, decoder_config
 
 
@@ -71,7 +72,8 @@ def test_fsdp2_decoder_trains_as_one_process(two_ranks: dict) -> None:
 def test_fp8_all_gather_linear_is_the_unsharded_linear_bitwise(float8: tuple[int, dict]) -> None:
     """The gathered FP8 bytes and scale are the unsharded weight quantizer's (though every
     shard but rank 0's has a smaller amax of its own), and so are the output, the input
-    gradient and the weight and bias gradients; the high-precision all-gather too."""
+    gradient and the weight and bias gradients; the high-precision all-gather too, and a
+    Linear whose rows FSDP2 shards unevenly (padded)."""
     world_size, r = float8
     linear = r["linear"]
     assert linear["own_amax_below"], world_size
@@ -79,7 +81,8 @@ def test_fp8_all_gather_linear_is_the_unsharded_linear_bitwise(float8: tuple[int
     assert linear["fp8"]["gathered_fp8_dtype"] == "float8_e4m3fn"
     assert linear["bf16"]["unsharded_weight"] == "Parameter"
     assert linear["bf16"]["gathered_bytes_equal"] is None  # it gathers no FP8 bytes
-    for gather, count in (("bf16", 4), ("fp8", 5)):
+    assert linear["fp8 uneven"]["unsharded_weight"] == "Float8GatheredWeight"
+    for gather, count in (("bf16", 4), ("fp8", 5), ("fp8 uneven", 5)):
         checks = {k: v for k, v in linear[gather].items() if k.endswith("_equal") and v is not None}
         assert len(checks) == count and all(checks.values()), (world_size, gather, checks)
 
@@ -114,6 +117,8 @@ def test_fp8_all_gather_moves_one_byte_per_weight_element(float8: tuple[int, dic
     shard = OUT // world_size
     assert linear["bf16"]["all_gathers"] == [["bfloat16", 2 * (shard * IN + shard)]]
     assert linear["fp8"]["all_gathers"] == [["uint8", shard * IN + 2 * shard]]
+    padded = -(-UNEVEN_OUT // world_size)  # every rank sends the padded shard
+    assert linear["fp8 uneven"]["all_gathers"] == [["uint8", padded * IN + 2 * padded]]
     model = Decoder(decoder_config("tiny"), seed=0)
     root = [(n, p) for n, p in model.named_parameters() if not n.startswith("layers.")]
     block = list(model.layers[0].named_parameters())

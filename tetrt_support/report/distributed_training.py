@@ -384,9 +384,15 @@ def _record_all_gathers(model: torch.nn.Module) -> Any:
     return recorder
 
 
+#: the output features of the FP8 all-gather's unevenly sharded Linear: FSDP2 pads the last
+#: shards (2 ranks: 13 + 12 rows; 4 ranks: 7 + 7 + 7 + 4)
+UNEVEN_OUT = 25
+
+
 def _fsdp_float8_linear(rank: int, world_size: int) -> dict[str, Any]:
     """A bf16 Linear sharded by fully_shard on ``world_size`` ranks, with the high-precision
-    all-gather ("bf16") and with ``enable_fsdp_float8_all_gather`` ("fp8"), against the
+    all-gather ("bf16") and with ``enable_fsdp_float8_all_gather`` ("fp8"; "fp8 uneven": a
+    Linear of :data:`UNEVEN_OUT` output features, whose shards FSDP2 pads), against the
     unsharded Linear in one process on the whole batch.
 
     The weight's largest magnitude is in rank 0's rows only, so every other shard's own amax
@@ -402,36 +408,43 @@ def _fsdp_float8_linear(rank: int, world_size: int) -> dict[str, Any]:
     output (every rank), the input gradient (rank 0: ``world_size`` x one process's, exact),
     the weight and bias gradients (gathered from the shards); and what was all-gathered:
     each call's dtype and bytes."""
+    import math
+
     from torch.distributed.fsdp import fully_shard
 
     from tetrt_support.quant import Linear
 
     x, grad = demo_batch()
-    x, grad = x.bfloat16(), grad.bfloat16()
-    torch.manual_seed(0)
-    reference = Linear(IN, OUT, dtype=torch.bfloat16)
-    with torch.no_grad():
-        reference.weight[0, 0] = 1.5 * reference.weight.abs().max()  # in rank 0's rows only
-    ref = _step(reference, reference, x, grad)
-    ref_w = reference.weight_quantizer.quantize(reference.weight.detach())
-    rows = slice(rank * OUT // world_size, (rank + 1) * OUT // world_size)
-    own_below = reference.weight[rows].abs().max() < reference.weight.abs().max()
+    x = x.bfloat16()
     scale = float(world_size) if rank == 0 else 0.0
-    result: dict[str, Any] = {"own_amax_below": _all_true(own_below if rank else True)}
-    for gather in ("bf16", "fp8"):
-        layer = Linear(IN, OUT, dtype=torch.bfloat16, enable_fsdp_float8_all_gather=gather == "fp8")
+    result: dict[str, Any] = {}
+    for name, out_features in (("bf16", OUT), ("fp8", OUT), ("fp8 uneven", UNEVEN_OUT)):
+        torch.manual_seed(0)
+        reference = Linear(IN, out_features, dtype=torch.bfloat16)
+        with torch.no_grad():
+            reference.weight[0, 0] = 1.5 * reference.weight.abs().max()  # in rank 0's rows only
+        g = grad[:, :out_features].bfloat16()
+        ref = _step(reference, reference, x, g)
+        ref_w = reference.weight_quantizer.quantize(reference.weight.detach())
+        shard = math.ceil(out_features / world_size)  # torch.chunk's rows per rank
+        mine = reference.weight[rank * shard:(rank + 1) * shard]
+        result.setdefault("own_amax_below", []).append(
+            _all_true(rank == 0 or mine.abs().max() < reference.weight.abs().max()))
+        layer = Linear(IN, out_features, dtype=torch.bfloat16,
+                       enable_fsdp_float8_all_gather=name != "bf16")
         layer.load_state_dict(reference.state_dict())
         fully_shard(layer)
         recorder = _record_all_gathers(layer)
         seen: dict[str, Any] = {}
 
-        def look(module: torch.nn.Module, _args: Any, seen: dict = seen) -> None:
+        def look(module: torch.nn.Module, _args: Any, seen: dict = seen,
+                 ref_w: Any = ref_w) -> None:
             w = module.weight
             seen["weight"] = type(w).__name__
             if hasattr(w, "_data"):
                 seen["fp8"] = str(w._data.dtype).removeprefix("torch.")
-                seen["bytes_equal"] = (
-                    torch.equal(w._data.view(torch.uint8), ref_w._data.view(torch.uint8))
+                seen["bytes_equal"] = (w.shape == ref_w.shape and torch.equal(
+                    w._data.view(torch.uint8), ref_w._data.view(torch.uint8))
                     and torch.equal(w._scale_inv, ref_w._scale_inv))
 
         layer.register_forward_pre_hook(look)
@@ -439,8 +452,9 @@ def _fsdp_float8_linear(rank: int, world_size: int) -> dict[str, Any]:
         with warnings.catch_warnings():  # the root's output is a view (a reshape), not modified
             warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
             out = layer(xl)
-        out.backward(grad * scale)
-        result[gather] = {
+        out.backward(g * scale)
+        result[name] = {
+            "out_features": out_features,
             "unsharded_weight": seen["weight"], "gathered_fp8_dtype": seen.get("fp8"),
             "gathered_bytes_equal": (_all_true(seen["bytes_equal"]) if "bytes_equal" in seen
                                      else None),  # None: no FP8 bytes were gathered
@@ -450,6 +464,7 @@ def _fsdp_float8_linear(rank: int, world_size: int) -> dict[str, Any]:
             "dbias_equal": _all_true(torch.equal(layer.bias.grad.full_tensor(), ref[3])),
             "all_gathers": recorder.calls,
         }
+    result["own_amax_below"] = all(result["own_amax_below"])
     return result
 
 
