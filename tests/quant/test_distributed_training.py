@@ -1,269 +1,138 @@
-"""Quantized training across 2 gloo ranks (spawned processes), against one process:
+"""Quantized training across gloo ranks (spawned processes), against one process:
 
 - the quantized Linear with ``amax_reduction_group``: each rank's rows of a batch give the
   bytes one process gives for the whole batch, eager and compiled (the all-reduce in the graph);
 - tensor parallelism: the Linear sharded column-wise and row-wise by ``parallelize_module``;
-- FSDP2: a converted decoder sharded with ``fully_shard`` trains as one process does.
+- FSDP2: a converted decoder sharded with ``fully_shard`` trains as one process does;
+- FSDP2's FP8 weight all-gather (``enable_fsdp_float8_all_gather``), on 2 and 4 ranks.
 
-Starting the processes dominates (each imports torch and this package, about 20 s on two
-cores), so one spawn runs every check; each test reports its own check.
+The per-rank logic is :mod:`tetrt_support.report.distributed_training`'s (notebook 09 shows
+the same runs); each rank reduces every check to a flag that is true on all ranks, and the
+tests read rank 0's summary. Starting the processes dominates (each imports torch and this
+package, about 20 s on two cores), so one spawn per world size runs every check.
 """
 
 from __future__ import annotations
 
-import pathlib
-import traceback
-
 import pytest
 import torch
-import torch.distributed as dist
-from torch._dynamo.backends.common import aot_autograd
-from torch._dynamo.utils import counters
 
 from tetrt_support.quant import Linear, MXFP8Quantizer, convert_to_quantized_training
-from tetrt_support.quant.distributed import run_gloo, single_process_group
-from tetrt_support.quant.tensor_parallel import colwise_parallel, rowwise_parallel
+from tetrt_support.quant.distributed import single_process_group
+from tetrt_support.quant.fsdp_float8 import Float8AllGatherWeight, Float8GatheredWeight
+from tetrt_support.report.distributed_training import (IN, OUT, TP_EXACT, UNEVEN_OUT,
+                                                        run_across_ranks)
 from tetrt_support.zoo.decoder import Decoder, decoder_config
-
-WORLD_SIZE = 2
-
-TOKENS, IN, OUT = 16, 64, 32
-
-
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """The global input and output gradient; row magnitudes rise (input) and fall (gradient),
-    so every rank's own amax differs from the global one."""
-    g = torch.Generator().manual_seed(7)
-    x = torch.randn(TOKENS, IN, generator=g) * torch.linspace(0.5, 4.0, TOKENS)[:, None]
-    grad = torch.randn(TOKENS, OUT, generator=g) * torch.linspace(4.0, 0.5, TOKENS)[:, None]
-    return x, grad
-
-
-def _step(fn, layer: Linear, x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    layer.zero_grad()
-    x = x.clone().requires_grad_(True)
-    out = fn(x)
-    out.backward(grad)
-    return out.detach(), x.grad, layer.weight.grad.clone(), layer.bias.grad.clone()
-
-
-def check_data_parallel_linear(rank: int, world_size: int) -> None:
-    """Each rank's rows through a Linear with the group, eager, on both steps (custom ops and
-    inline), against one process's Linear on the whole batch."""
-    x, grad = _batch()
-    rows = slice(rank * TOKENS // world_size, (rank + 1) * TOKENS // world_size)
-    for compile_as in ("custom_ops", "inline"):
-        reference = Linear(IN, OUT, compile_as=compile_as)  # one process, the whole batch
-        layer = Linear(IN, OUT, compile_as=compile_as, amax_reduction_group=dist.group.WORLD)
-        layer.load_state_dict(reference.state_dict())
-        ref_out, ref_dgrad, ref_wgrad, ref_dbias = _step(reference, reference, x, grad)
-        out, dgrad, wgrad, dbias = _step(layer, layer, x[rows], grad[rows])
-        # Bitwise: the input and the gradient are quantized with the global amaxes, and each
-        # output row and input-gradient row contracts over dimensions no rank splits.
-        assert torch.equal(out, ref_out[rows]), compile_as
-        assert torch.equal(dgrad, ref_dgrad[rows]), compile_as
-        # The weight and bias gradients sum over the tokens, which the ranks split: the
-        # all-reduced sum adds the same (exact) fp8 products in another order, so they agree
-        # to fp32 rounding of that order, not bitwise.
-        for local, ref in ((wgrad, ref_wgrad), (dbias, ref_dbias)):
-            dist.all_reduce(local)
-            torch.testing.assert_close(local, ref, rtol=1e-6, atol=1e-5 * ref.abs().max().item())
-        # Without the group each rank scales with its own amaxes (rank 0's input amax, rank 1's
-        # gradient amax are below the global ones): not the one-process bytes.
-        alone = Linear(IN, OUT, compile_as=compile_as)
-        alone.load_state_dict(reference.state_dict())
-        out, dgrad, _, _ = _step(alone, alone, x[rows], grad[rows])
-        assert not (torch.equal(out, ref_out[rows]) and torch.equal(dgrad, ref_dgrad[rows])), compile_as
-
-
-def check_compiled_linear(rank: int, world_size: int) -> None:
-    """torch.compile(fullgraph=True) on aot_eager: one frame, no graph break, the all-reduce
-    (a functional collective) in the forward graph (input amax) and the backward graph
-    (gradient amax), and the eager bytes. compile_as="auto" takes the inline step under
-    compile on CPU, "custom_ops" the ops with the reduced amaxes as inputs."""
-    x, grad = _batch()
-    rows = slice(rank * TOKENS // world_size, (rank + 1) * TOKENS // world_size)
-    x, grad = x[rows], grad[rows]
-    for compile_as in ("auto", "custom_ops"):
-        layer = Linear(IN, OUT, compile_as=compile_as, amax_reduction_group=dist.group.WORLD)
-        eager = _step(layer, layer, x, grad)
-        graphs: list[str] = []
-
-        def keep(gm: torch.fx.GraphModule, _inputs: object) -> torch.fx.GraphModule:
-            graphs.append(gm.code)
-            return gm
-
-        torch._dynamo.reset()
-        counters.clear()
-        compiled = torch.compile(layer, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
-        assert all(torch.equal(a, b) for a, b in zip(_step(compiled, layer, x, grad), eager)), compile_as
-        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])  # one frame, one graph
-        assert not counters["graph_break"], dict(counters["graph_break"])
-        assert len(graphs) == 2, compile_as  # forward, backward
-        for code in graphs:
-            assert code.count("torch.ops._c10d_functional.all_reduce.default(") == 1, (compile_as, code)
-            assert "torch.ops._c10d_functional.wait_tensor.default(" in code, (compile_as, code)
-
-
-def check_tensor_parallel_linear(rank: int, world_size: int) -> None:
-    """The Linear under parallelize_module, column-wise and row-wise, against the unsharded
-    Linear on one process. The amaxes of the input and the output gradient are reduced over
-    the mesh's group, so both are quantized as one process quantizes them; the weight is
-    quantized per shard (as TransformerEngine's tensor parallelism does), so the test weight
-    holds its largest magnitude in every shard (then each shard's scale is the global one).
-    Bitwise: every result whose contraction no rank splits (column-wise: the output and the
-    weight gradient; row-wise: the input and weight gradients). To fp32 rounding: the
-    results summed across ranks (column-wise input gradient, row-wise output), and the bias
-    gradient, whose column slice sums its tokens in another order."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    mesh = init_device_mesh("cpu", (world_size,))
-    x, grad = _batch()
-    torch.manual_seed(0)  # the same weights on every rank (distribute_tensor scatters rank 0's)
-    reference = Linear(IN, OUT)
-    with torch.no_grad():
-        top = 1.5 * reference.weight.abs().max()
-        for r in range(world_size):  # the largest magnitude in every row block and column block
-            reference.weight[r * OUT // world_size, 0] = top
-            reference.weight[0, r * IN // world_size] = -top
-    ref = _step(reference, reference, x, grad)
-    cols_out = slice(rank * OUT // world_size, (rank + 1) * OUT // world_size)
-    cols_in = slice(rank * IN // world_size, (rank + 1) * IN // world_size)
-    for style, local_x, local_grad in (("colwise", x, grad[:, cols_out]), ("rowwise", x[:, cols_in], grad)):
-        layer = Linear(IN, OUT)
-        layer.load_state_dict(reference.state_dict())
-        parallelize_module(layer, mesh, colwise_parallel() if style == "colwise" else rowwise_parallel())
-        layer.zero_grad()
-        xl = local_x.clone().requires_grad_(True)
-        out = layer(xl)
-        out.backward(local_grad)
-        wgrad, dbias = layer.weight.grad.to_local(), layer.bias.grad
-        dbias = dbias.to_local() if style == "colwise" else dbias.full_tensor()
-        if style == "colwise":
-            exact = ((out, ref[0][:, cols_out]), (wgrad, ref[2][cols_out]))
-            close = ((xl.grad, ref[1]), (dbias, ref[3][cols_out]))
-        else:
-            exact = ((xl.grad, ref[1][:, cols_in]), (wgrad, ref[2][:, cols_in]))
-            close = ((out, ref[0]), (dbias, ref[3]))
-        for i, (a, b) in enumerate(exact):
-            assert torch.equal(a, b), (style, i, (a - b).abs().max())
-        for a, b in close:
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6 * b.abs().max().item())
-
-
-STEPS = 3
-
-
-def _tokens(step: int, batch: int = 4, seq: int = 32, vocab: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 + step)
-    ids = torch.randint(0, vocab, (batch, seq + 1), generator=g)
-    return ids[:, :-1], ids[:, 1:]
-
-
-def _train(model: torch.nn.Module, rank: int, world_size: int) -> tuple[list[float], torch.Tensor]:
-    """STEPS AdamW steps, each rank on its sequences of the global batch: the mean losses,
-    and this rank's own loss of the first step."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses, first = [], None
-    for step in range(STEPS):
-        ids, labels = _tokens(step)
-        mine = slice(rank * len(ids) // world_size, (rank + 1) * len(ids) // world_size)
-        loss = model(ids[mine], labels[mine])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        loss = loss.detach().clone()
-        first = loss.clone() if first is None else first
-        if world_size > 1:
-            dist.all_reduce(loss)
-            loss /= world_size
-        losses.append(loss.item())
-    return losses, first
-
-
-def check_fsdp2_decoder(rank: int, world_size: int) -> None:
-    """A tiny decoder converted with the group and sharded with fully_shard (every block and
-    the root) trains as one process trains it on the whole batch (each rank takes its half).
-
-    Bitwise: each rank's loss of the first step (the mean over its sequences), as one process
-    computes it for those sequences, since every quantized Linear sees the global amaxes and
-    every other op is row-wise or per sequence. (Checked inside training: a no_grad forward
-    through the fully_shard model before training changes the next steps' losses by about
-    1e-3 in this torch, unquantized too.) To a reduction-order
-    tolerance (rtol 1e-5; seen: one fp32 ulp, 5e-7 at a loss of 5.6): the losses of STEPS
-    steps. A weight gradient sums over tokens, which the ranks split (FSDP2's reduce-scatter
-    adds the two halves; the loss scales 1/64 per rank then 1/2 are powers of two, exact),
-    so after the first update the weights differ from one process's by fp32 rounding of that order."""
-    from torch.distributed.fsdp import fully_shard
-
-    config = decoder_config("tiny")
-    reference = convert_to_quantized_training(Decoder(config, seed=0), "fp8_current")
-    model = convert_to_quantized_training(Decoder(config, seed=0), "fp8_current",
-                                          amax_reduction_group=dist.group.WORLD)
-    ids, labels = _tokens(0)
-    mine = slice(rank * len(ids) // world_size, (rank + 1) * len(ids) // world_size)
-    with torch.no_grad():  # the whole batch's logits, then the loss of this rank's rows
-        logits = reference(ids)[mine]
-        ref_first = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]),
-                                                      labels[mine].reshape(-1), ignore_index=-100)
-    for block in model.layers:
-        fully_shard(block)
-    fully_shard(model)
-    ref_losses, _ = _train(reference, 0, 1)
-    losses, first = _train(model, rank, world_size)
-    assert torch.equal(first, ref_first), (first, ref_first)
-    torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=0.0)
-
-
-CHECKS = ("check_data_parallel_linear", "check_compiled_linear", "check_tensor_parallel_linear", "check_fsdp2_decoder")
-
-
-def _run_checks(rank: int, world_size: int, directory: str) -> None:
-    """Every check in order; a file per passed check and rank. The first failure raises (and
-    torch.multiprocessing.spawn ends the other ranks, which may wait in a collective)."""
-    for name in CHECKS:
-        try:
-            globals()[name](rank, world_size)
-        except BaseException:
-            (pathlib.Path(directory) / f"{name}.failed.{rank}").write_text(traceback.format_exc())
-            raise
-        (pathlib.Path(directory) / f"{name}.ok.{rank}").touch()
 
 
 @pytest.fixture(scope="module")
-def spawned(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    directory = tmp_path_factory.mktemp("distributed_training")
-    try:
-        run_gloo(_run_checks, WORLD_SIZE, str(directory))
-    except Exception:  # reported by the check that failed; the ones after it did not run
-        pass
-    return directory
+def two_ranks() -> dict:
+    return run_across_ranks(2)  # every demonstration
 
 
-def _report(directory: pathlib.Path, name: str) -> None:
-    if all((directory / f"{name}.ok.{rank}").exists() for rank in range(WORLD_SIZE)):
-        return
-    failures = sorted(directory.glob(f"{name}.failed.*"))
-    if failures:
-        pytest.fail("\n".join(f"rank {f.name.rsplit('.', 1)[1]}:\n{f.read_text()}" for f in failures), pytrace=False)
-    pytest.fail(f"{name} did not run: an earlier check failed, or a rank ended without a report", pytrace=False)
+@pytest.fixture(scope="module", params=(2, 4), ids=("2_ranks", "4_ranks"))
+def float8(request: pytest.FixtureRequest) -> tuple[int, dict]:
+    """(world size, the FP8 all-gather summary): 2 ranks from the run of every check, 4 ranks
+    from a run of the FP8 all-gather alone."""
+    if request.param == 2:
+        return 2, request.getfixturevalue("two_ranks")["fsdp2_float8"]
+    return 4, run_across_ranks(4, names=("fsdp2_float8",))["fsdp2_float8"]
 
 
-def test_linear_over_a_group_gives_the_one_process_bytes(spawned: pathlib.Path) -> None:
-    _report(spawned, "check_data_parallel_linear")
+def test_linear_over_a_group_gives_the_one_process_bytes(two_ranks: dict) -> None:
+    for compile_as, r in two_ranks["data_parallel"].items():
+        assert r["out_equal"] and r["dgrad_equal"], (compile_as, r)  # bitwise
+        assert r["wgrad_close"] and r["dbias_close"], (compile_as, r)  # the ranks' sum order
+        assert r["alone_differs"], (compile_as, r)  # without the group: not one process's bytes
 
 
-def test_compiled_linear_keeps_the_all_reduce_in_one_graph(spawned: pathlib.Path) -> None:
-    _report(spawned, "check_compiled_linear")
+def test_compiled_linear_keeps_the_all_reduce_in_one_graph(two_ranks: dict) -> None:
+    for compile_as, r in two_ranks["compiled"].items():
+        assert r["matches_eager"], (compile_as, r)
+        assert r["graphs"] == 1 and r["graph_breaks"] == 0, (compile_as, r)  # one frame, no break
+        assert r["aot_graphs"] == 2, (compile_as, r)  # forward, backward
+        assert r["all_reduces"] == [1, 1] and all(r["waits"]), (compile_as, r)
 
 
-def test_tensor_parallel_linear_matches_the_unsharded_linear(spawned: pathlib.Path) -> None:
-    _report(spawned, "check_tensor_parallel_linear")
+def test_tensor_parallel_linear_matches_the_unsharded_linear(two_ranks: dict) -> None:
+    for style, results in two_ranks["tensor_parallel"].items():
+        for name, r in results.items():
+            assert r["equal"] if name in TP_EXACT[style] else r["close"], (style, name, r)
 
 
-def test_fsdp2_decoder_trains_as_one_process(spawned: pathlib.Path) -> None:
-    _report(spawned, "check_fsdp2_decoder")
+def test_fsdp2_decoder_trains_as_one_process(two_ranks: dict) -> None:
+    r = two_ranks["fsdp2"]
+    assert r["first_equal"], r
+    assert r["losses_close"], r
+
+
+# ----------------------------------------------------------- FSDP2's FP8 weight all-gather
+
+
+def test_fp8_all_gather_linear_is_the_unsharded_linear_bitwise(float8: tuple[int, dict]) -> None:
+    """The gathered FP8 bytes and scale are the unsharded weight quantizer's (though every
+    shard but rank 0's has a smaller amax of its own), and so are the output, the input
+    gradient and the weight and bias gradients; the high-precision all-gather too, and a
+    Linear whose rows FSDP2 shards unevenly (padded)."""
+    world_size, r = float8
+    linear = r["linear"]
+    assert linear["own_amax_below"], world_size
+    assert linear["fp8"]["unsharded_weight"] == "Float8GatheredWeight"
+    assert linear["fp8"]["gathered_fp8_dtype"] == "float8_e4m3fn"
+    assert linear["bf16"]["unsharded_weight"] == "Parameter"
+    assert linear["bf16"]["gathered_bytes_equal"] is None  # it gathers no FP8 bytes
+    assert linear["fp8 uneven"]["unsharded_weight"] == "Float8GatheredWeight"
+    for gather, count in (("bf16", 4), ("fp8", 5), ("fp8 uneven", 5)):
+        checks = {k: v for k, v in linear[gather].items() if k.endswith("_equal") and v is not None}
+        assert len(checks) == count and all(checks.values()), (world_size, gather, checks)
+
+
+def test_fp8_all_gather_decoder_trains_as_one_process_bitwise(float8: tuple[int, dict]) -> None:
+    """3 AdamW steps: the losses equal one process's bit for bit with either all-gather (and
+    with the amaxes precomputed after each step); split across the ranks (data parallelism),
+    the fp8 all-gather's losses are the bf16 all-gather's bit for bit."""
+    world_size, r = float8
+    decoder = r["decoder"]
+    for name in ("bf16", "fp8", "fp8 precomputed"):
+        assert decoder[name]["equal"], (world_size, name, decoder[name]["losses"],
+                                        decoder["reference"])
+    assert decoder["split"]["equal"], (world_size, decoder["split"])
+
+
+def _unit_bytes(params: list[tuple[str, torch.nn.Parameter]], world_size: int, fp8: bool) -> int:
+    """What one rank sends to an FSDP unit's all-gather: its 1/world_size of every parameter,
+    2 bytes an element (bf16), 1 for a quantized Linear's weight when gathered in FP8."""
+    linear = ("attn.", "mlp.", "lm_head.")
+    return sum(p.numel() // world_size * (1 if fp8 and name.startswith(linear) else 2)
+               for name, p in params)
+
+
+def test_fp8_all_gather_moves_one_byte_per_weight_element(float8: tuple[int, dict]) -> None:
+    """The all-gather inputs FSDP2 sent (seen by a pass-through all-gather set with
+    set_custom_all_gather): bf16 for the high-precision all-gather; uint8 for the FP8 one (the
+    FP8 weight bytes next to the bf16 bytes of the other parameters), one byte per weight
+    element. A step all-gathers the root once and each block twice (forward, backward)."""
+    world_size, r = float8
+    linear = r["linear"]
+    shard = OUT // world_size
+    assert linear["bf16"]["all_gathers"] == [["bfloat16", 2 * (shard * IN + shard)]]
+    assert linear["fp8"]["all_gathers"] == [["uint8", shard * IN + 2 * shard]]
+    padded = -(-UNEVEN_OUT // world_size)  # every rank sends the padded shard
+    assert linear["fp8 uneven"]["all_gathers"] == [["uint8", padded * IN + 2 * padded]]
+    model = Decoder(decoder_config("tiny"), seed=0)
+    root = [(n, p) for n, p in model.named_parameters() if not n.startswith("layers.")]
+    block = list(model.layers[0].named_parameters())
+    layers = len(model.layers)
+    for name, fp8, dtype in (("bf16", False, "bfloat16"), ("fp8", True, "uint8"),
+                             ("fp8 precomputed", True, "uint8")):
+        sizes = [_unit_bytes(root, world_size, fp8)] + [_unit_bytes(block, world_size, fp8)] * (
+            2 * layers)
+        assert r["decoder"][name]["all_gathers"] == [[dtype, size] for size in sizes], (
+            world_size, name)
+    assert r["decoder"]["fp8"]["bytes"] < 0.55 * r["decoder"]["bf16"]["bytes"]
+
+
+# ------------------------------------------------------------------------ in one process
 
 
 def test_linear_group_needs_current_scaling_and_is_no_quantizer_state() -> None:
@@ -280,3 +149,100 @@ def test_linear_group_needs_current_scaling_and_is_no_quantizer_state() -> None:
         reference = Linear(64, 32)
         reference.load_state_dict(layer.state_dict())
         assert torch.equal(layer(x), reference(x))  # a group of one: the process's own amax
+
+
+@pytest.mark.parametrize("recipe", ["fp8_block", "mxfp8", "nvfp4"])
+def test_fp8_all_gather_refuses_other_recipes(recipe: str) -> None:
+    why = rf"weight_quantizer is a \w+Quantizer; the FP8 weight all-gather is implemented for " \
+          r"Float8CurrentScalingQuantizer \(recipe 'fp8_current'\) only"
+    with pytest.raises(ValueError, match=why):
+        Linear(64, 32, recipe=recipe, enable_fsdp_float8_all_gather=True)
+    model = Decoder(decoder_config("tiny"), seed=0, dtype=torch.bfloat16)  # nvfp4's RHT: bf16
+    before = dict(model.named_modules())
+    with pytest.raises(ValueError, match=why):
+        convert_to_quantized_training(model, recipe, enable_fsdp_float8_all_gather=True)
+    assert dict(model.named_modules()) == before  # nothing was converted
+
+
+def test_fp8_all_gather_refuses_configurations_it_does_not_cover() -> None:
+    with pytest.raises(ValueError, match=r"compile_as='inline'\): the FP8-gathered weight takes"):
+        Linear(64, 32, compile_as="inline", enable_fsdp_float8_all_gather=True)
+    layer = Linear(64, 32, enable_fsdp_float8_all_gather=True)
+    with pytest.raises(ValueError, match=r"weight_quantizer is a MXFP8Quantizer"):
+        layer.weight_quantizer = MXFP8Quantizer()
+    with pytest.raises(ValueError, match=r"built without enable_fsdp_float8_all_gather=True"):
+        Linear(64, 32).wrap_weight_for_fsdp()
+
+
+@pytest.mark.filterwarnings("ignore:FSDP2-wrapped module")  # the root's output: a view (reshape)
+def test_fp8_all_gather_on_one_rank_and_its_refusals() -> None:
+    """fully_shard on a one-rank gloo group: the Linear computes with the gathered FP8 weight
+    and gives the unsharded Linear's bytes; weight caching, and a weight quantizer changed
+    after the gather, are refused."""
+    from torch.distributed.fsdp import fully_shard
+
+    from tetrt_support.quant.float8_tensor import Float8CurrentScalingQuantizer
+
+    torch.manual_seed(0)
+    reference = Linear(64, 32)
+    x = torch.randn(16, 64)
+    with single_process_group():
+        layer = Linear(64, 32, enable_fsdp_float8_all_gather=True)
+        layer.load_state_dict(reference.state_dict())
+        assert isinstance(layer.weight, Float8AllGatherWeight)
+        assert torch.equal(layer.weight, reference.weight)  # it behaves as the tensor it wraps
+        fully_shard(layer)
+        seen = []
+        layer.register_forward_pre_hook(lambda m, _: seen.append(type(m.weight)))
+        assert torch.equal(layer(x), reference(x))
+        assert seen == [Float8GatheredWeight]
+        with pytest.raises(ValueError, match=r"is_first_microbatch \(weight caching\) does not"):
+            layer(x, is_first_microbatch=True)
+        layer.weight_quantizer = Float8CurrentScalingQuantizer(force_pow_2_scales=True)
+        with pytest.raises(ValueError, match=r"the gathered bytes would not be its own"):
+            layer(x)
+
+
+@pytest.mark.filterwarnings("ignore:FSDP2-wrapped module")
+def test_precomputed_amaxes_are_used_until_the_weight_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a one-rank group, the all-reduces the FP8 all-gather issues (a pass-through spy on
+    torch.distributed.all_reduce): one per weight and all-gather without the precompute, one
+    for all weights by the precompute and none at the gathers after it; after the optimizer
+    step changes the weights, the gathers reduce their amaxes again (no stale scale)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from tetrt_support.quant.fsdp_float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    reduced: list[tuple[int, ...]] = []
+    all_reduce = dist.all_reduce
+
+    def spy(tensor: torch.Tensor, *args: object, **kwargs: object) -> object:
+        reduced.append(tuple(tensor.shape))
+        return all_reduce(tensor, *args, **kwargs)
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(Linear(64, 32), Linear(32, 16))
+    x = torch.randn(16, 64)
+    with single_process_group():
+        model = torch.nn.Sequential(*(Linear(m.in_features, m.out_features,
+                                             enable_fsdp_float8_all_gather=True)
+                                      for m in reference))
+        model.load_state_dict(reference.state_dict())
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters())
+        monkeypatch.setattr(dist, "all_reduce", spy)
+        model(x).sum().backward()
+        assert reduced == [()] * 4  # 2 weights, gathered in forward and again in backward
+        optimizer.step()
+        reduced.clear()
+        assert precompute_float8_dynamic_scale_for_fsdp(model) == 2 and reduced == [(2,)]
+        reduced.clear()
+        model(x).sum().backward()
+        assert reduced == []
+        optimizer.step()
+        model(x).sum().backward()
+        assert reduced == [()] * 4

@@ -41,6 +41,8 @@ def test_only_the_global_amax_gives_the_whole_batch_bytes() -> None:
 def test_run_across_ranks_refuses_a_world_size_that_does_not_split_the_batch() -> None:
     with pytest.raises(ValueError, match="world_size must be >= 2"):
         run_across_ranks(world_size=3)
+    with pytest.raises(ValueError, match=r"unknown demonstration\(s\) \['fsdp3'\]"):
+        run_across_ranks(world_size=2, names=("fsdp3",))
 
 
 def test_figures_09_fill_the_abstract() -> None:
@@ -53,9 +55,13 @@ def test_figures_09_fill_the_abstract() -> None:
         "compiled": {"custom_ops": {"graphs": 1, "graph_breaks": 0, "forward": lines, "backward": lines}},
         "tensor_parallel": {"colwise": {"output": {"rel": 0.0}}, "rowwise": {"output": {"rel": 3e-7}}},
         "fsdp2": {"losses": [1.0, 2.0], "rel": 5e-8},
+        "fsdp2_float8": {"decoder": {"bf16": {"bytes": 200, "equal": True},
+                                     "fp8": {"bytes": 110, "equal": True},
+                                     "fp8 precomputed": {"bytes": 110, "equal": True}}},
     }
     figures = abstract.figures_09(summary)
     assert figures == {"ranks": 2, "differ": 7, "bytes": 24, "differ_grouped": 0, "graphs": 1, "breaks": 0,
-                       "reduces": 2, "steps": 2, "fsdp": "≤ 1e-7", "tp": "≤ 1e-6"}
+                       "reduces": 2, "steps": 2, "fsdp": "≤ 1e-7", "tp": "≤ 1e-6",
+                       "fp8_bytes": 110, "bf16_bytes": 200, "fp8_equal": "bit for bit"}
     text = abstract.show("09", **figures)._repr_markdown_()
     assert ABSTRACTS["09"].figures_in(text) == {k: str(v) for k, v in figures.items()}

@@ -32,6 +32,7 @@ from tetrt_support.quant.fake_impls.make_empty_traceable import make_empty_trace
 from tetrt_support.quant.fake_impls.tensor_proto import TensorProto  # noqa: E402
 from tetrt_support.quant.linear import Linear  # noqa: E402
 from tetrt_support.quant.convert import convert_to_quantized_training, unsupported_reason  # noqa: E402
+from tetrt_support.quant.fsdp_float8 import precompute_float8_dynamic_scale_for_fsdp  # noqa: E402
 from tetrt_support.quant.ops import flatten_quantized, linear_ops  # noqa: E402
 from tetrt_support.quant.recipes import RECIPES, Recipe, get_recipe  # noqa: E402
 
@@ -64,6 +65,7 @@ __all__ = [
     "get_strategy",
     "linear_ops",
     "make_empty_traceable",
+    "precompute_float8_dynamic_scale_for_fsdp",
     "VALUE_QUANTIZERS",
     "Float8BlockQuantizer",
     "Float8BlockwiseTensor",

@@ -138,6 +138,8 @@ def _quantized(linear: torch.nn.Linear, recipe: Recipe, linear_kwargs: dict[str,
     new.weight = linear.weight
     if linear.bias is not None:
         new.bias = linear.bias
+    if new.enable_fsdp_float8_all_gather:  # a new Parameter wrapping the layer's weight data
+        new.wrap_weight_for_fsdp()
     new._weight_templates = new._make_weight_templates()
     new._weight_cache = None
     new.train(linear.training)
@@ -166,8 +168,11 @@ def convert_to_quantized_training(
     The new layer takes over the old one's ``weight`` and ``bias`` Parameter objects (data,
     dtype, device, ``requires_grad``; an optimizer built before still updates them) and
     its train/eval mode. ``linear_kwargs`` go to every new Linear (``fake_impl``,
-    ``compile_as``, ``amax_reduction_group`` for training across ranks, ...); its shape,
-    bias, device and dtype come from the layer it replaces.
+    ``compile_as``, ``amax_reduction_group`` for training across ranks,
+    ``enable_fsdp_float8_all_gather`` for FSDP2's FP8 weight all-gather (fp8_current only; then
+    the weight is a new Parameter wrapping the old one's data, so build the optimizer after
+    converting and sharding), ...); its shape, bias, device and dtype come from the layer it
+    replaces.
 
     Layers the recipe cannot quantize (:func:`unsupported_reason`): ``on_unsupported="raise"``
     raises a ValueError naming each (its name, shape, dtype and the reason) before any

@@ -4,7 +4,8 @@ torch.compile, the inline step of :mod:`~tetrt_support.quant.inline_linear`).
 The module holds the high-precision weight and three value quantizers chosen by
 ``recipe``; each call quantizes the operands in the layouts TE's GEMMs read, runs the
 GEMMs and saves the quantized copies backward needs. It also takes TE's weight caching
-(``is_first_microbatch``), an amax reduction group across ranks, and a DTensor weight.
+(``is_first_microbatch``), an amax reduction group across ranks, a DTensor weight, and
+FSDP2's FP8 weight all-gather (``enable_fsdp_float8_all_gather``, :mod:`.fsdp_float8`).
 ``docs/architecture.md`` ("The quantized Linear") says what each rule follows in TE.
 """
 
@@ -15,9 +16,9 @@ from typing import Any
 
 import torch
 
-from tetrt_support.quant import inline_linear, numerics, tensor_parallel
+from tetrt_support.quant import fsdp_float8, inline_linear, numerics, tensor_parallel
 from tetrt_support.quant.fake_impls import get_strategy
-from tetrt_support.quant.ops import linear_ops, with_usage
+from tetrt_support.quant.ops import flatten_quantized, linear_ops, with_usage
 from tetrt_support.quant.recipes import Recipe, as_recipe
 from tetrt_support.quant.base import QuantizedTensor, Quantizer, functional_all_reduce_max, group_name
 
@@ -47,8 +48,10 @@ class Linear(torch.nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         amax_reduction_group: Any = None,
+        enable_fsdp_float8_all_gather: bool = False,
     ) -> None:
         super().__init__()
+        self.enable_fsdp_float8_all_gather = bool(enable_fsdp_float8_all_gather)
         self._amax_group_name = None if amax_reduction_group is None else group_name(amax_reduction_group)
         recipe = as_recipe(recipe)
         quantizers = recipe.quantizers()  # raise on a bad name before allocating
@@ -73,6 +76,21 @@ class Linear(torch.nn.Module):
             if not inline_linear.verified_on(device, family):
                 inline_linear.warn_unverified(device, family)  # here too: a compiled call does not warn
         self.reset_parameters()
+        if self.enable_fsdp_float8_all_gather:
+            self.wrap_weight_for_fsdp()
+
+    def wrap_weight_for_fsdp(self) -> None:
+        """With ``enable_fsdp_float8_all_gather``: make ``weight`` a new Parameter wrapping its
+        data in :class:`~tetrt_support.quant.fsdp_float8.Float8AllGatherWeight` (done at
+        construction and by the converter; ``fully_shard`` must come after)."""
+        if not self.enable_fsdp_float8_all_gather:
+            raise ValueError("Linear.wrap_weight_for_fsdp: the Linear was built without "
+                             f"{fsdp_float8.OPTION}=True")
+        if tensor_parallel.is_dtensor(self.weight):
+            raise ValueError(f"Linear({fsdp_float8.OPTION}=True): the weight is already a DTensor "
+                             "(sharded); wrap it before fully_shard, which then shards the wrapped "
+                             "weight")
+        self.weight = fsdp_float8.wrap_weight(self.weight, self.weight_quantizer)
 
     def _make_weight_templates(self) -> tuple[object, object]:
         """The strategy's stand-ins for the quantized weight, row-wise only and with both
@@ -109,6 +127,12 @@ class Linear(torch.nn.Module):
             )
         if self._amax_group_name is not None:
             _check_reducible(quantizers)
+        if self.__dict__.get("enable_fsdp_float8_all_gather"):
+            fsdp_float8.check_weight_quantizer(quantizers[1])
+            if self.compile_as == "inline":
+                raise ValueError(f"Linear({fsdp_float8.OPTION}=True, compile_as='inline'): the "
+                                 "FP8-gathered weight takes the custom ops (its bytes are their "
+                                 "weight cache); use compile_as='auto' or 'custom_ops'")
         if self.recipe is not None and quantizers != self.recipe.quantizers():
             self.recipe = None  # the layer no longer follows the recipe it was built with
         self._weight_templates = self._make_weight_templates()
@@ -158,9 +182,41 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor, *, is_first_microbatch: bool | None = None) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear: input's last dimension is {x.shape[-1]}, expected in_features={self.in_features}")
+        if isinstance(self.weight, fsdp_float8.Float8GatheredWeight):
+            return self._gathered_step(x, self.weight, self.bias,
+                                       is_first_microbatch=is_first_microbatch)
         if tensor_parallel.is_dtensor(self.weight):
+            if self.enable_fsdp_float8_all_gather:
+                raise NotImplementedError(
+                    f"Linear({fsdp_float8.OPTION}=True) called with a DTensor weight: the FP8 "
+                    "all-gather is FSDP2's, which gathers the weight before the forward (call "
+                    "the model, not a sharded layer outside it); tensor parallelism with the FP8 "
+                    "all-gather is not supported")
             return tensor_parallel.dtensor_forward(self, x, is_first_microbatch=is_first_microbatch)
         return self._step(x, self.weight, self.bias, self._amax_group_name, is_first_microbatch=is_first_microbatch)
+
+    def _gathered_step(self, x: torch.Tensor, weight: fsdp_float8.Float8GatheredWeight,
+                       bias: torch.Tensor | None, *, is_first_microbatch: bool | None = None,
+                       ) -> torch.Tensor:
+        """The step with the weight FSDP2 gathered in FP8: its bytes go to the forward op as the
+        quantized weight (the op's weight-cache input), a zero-stride stand-in as ``weight``
+        (the op reads only its shape and dtype then; the gradient passes to the parameter)."""
+        if is_first_microbatch is not None:
+            raise ValueError(f"Linear({fsdp_float8.OPTION}=True): is_first_microbatch (weight "
+                             "caching) does not apply: FSDP2 gathers the weight already quantized "
+                             "at every all-gather")
+        weight_columnwise = torch.is_grad_enabled() and x.requires_grad
+        input_columnwise = torch.is_grad_enabled() and weight.requires_grad
+        w_q = weight.quantized(self.weight_quantizer, columnwise=weight_columnwise)
+        group = self._amax_group_name
+        input_amax = None if group is None else functional_all_reduce_max(numerics.amax(x), group)
+        out, _, _ = self._ops.forward(
+            x.reshape(-1, x.shape[-1]), fsdp_float8.weight_stand_in(weight), bias,
+            flatten_quantized(w_q), self.input_quantizer, self.weight_quantizer,
+            self.grad_quantizer, input_columnwise, weight_columnwise, list(self.fast_accum),
+            input_amax, group,
+        )
+        return out.reshape(*x.shape[:-1], weight.shape[0])
 
     def _step(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, amax_group: str | None,
               *, is_first_microbatch: bool | None = None) -> torch.Tensor:
@@ -214,7 +270,8 @@ class Linear(torch.nn.Module):
                    "recipe=None, " + ", ".join(f"{f}={getattr(self, f)!r}" for f in _QUANTIZER_FIELDS))
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"{made_by}, fake_impl={self.fake_impl!r}, compile_as={self.compile_as!r}"
-                + (f", amax_reduction_group={self._amax_group_name!r}" if self._amax_group_name is not None else ""))
+                + (f", amax_reduction_group={self._amax_group_name!r}" if self._amax_group_name is not None else "")
+                + (f", {fsdp_float8.OPTION}=True" if self.enable_fsdp_float8_all_gather else ""))
 
 
 def _check_reducible(quantizers: tuple[Quantizer, ...]) -> None:
