@@ -71,12 +71,14 @@ from tetrt_support.report.timing import Stopwatch  # noqa: E402
 FILES = {"rope": "perf_{device}", "attention": "perf_{device}", "linear": "perf_{device}",
          "lowering": "lowering", "fake_impls": "fake_impls", "train_step": "train_step_{device}",
          "step_bounds": "step_bounds_{device}", "loss_study": "loss_curves_{device}", "llama4": "llama4_{device}",
-         "te_conformance": "te_conformance_{device}", "model_step": "model_step_{device}"}
+         "te_conformance": "te_conformance_{device}", "model_step": "model_step_{device}",
+         "host_cost": "host_cost_{device}"}
 BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impls": "fake_impls",
                      "train_step_{device}": "train_step", "step_bounds_{device}": "step_bounds",
                      "loss_curves_{device}": "loss_study", "llama4_{device}": "llama4",
-                     "te_conformance_{device}": "te_conformance", "model_step_{device}": "model_step"}
-HOST_SUITES = ("lowering", "fake_impls")  # measure host (CPU) work: --device cpu only
+                     "te_conformance_{device}": "te_conformance", "model_step_{device}": "model_step",
+                     "host_cost_{device}": "host_cost"}
+HOST_SUITES = ("lowering", "fake_impls", "host_cost")  # measure host (CPU) work: --device cpu only
 CUDA_SUITES = ("train_step", "step_bounds", "te_conformance")  # measure GPU kernels: --device cuda only
 DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls"),
                   "cuda": ("rope", "attention", "linear", "train_step", "step_bounds", "loss_study", "llama4",
@@ -130,6 +132,12 @@ def _fake_impls(args: argparse.Namespace, iters: int, write: Write) -> dict[str,
     return fake_impls.run(fake_impls.QUICK if args.quick else fake_impls.FULL)
 
 
+def _host_cost(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
+    from benchmarks import host_cost
+
+    return host_cost.run(args.quick, variants=args.recipes)
+
+
 def _train_step(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
     from benchmarks import train_step
 
@@ -174,7 +182,8 @@ def _model_step(args: argparse.Namespace, iters: int, write: Write) -> dict[str,
 RUNNERS: dict[str, Callable[[argparse.Namespace, int, Write], dict[str, Any]]] = {
     "rope": _rope, "attention": _attention, "linear": _linear, "lowering": _lowering, "fake_impls": _fake_impls,
     "train_step": _train_step, "step_bounds": _step_bounds, "loss_study": _loss_study, "llama4": _llama4,
-    "te_conformance": _te_conformance, "model_step": _model_step}
+    "te_conformance": _te_conformance, "model_step": _model_step,
+    "host_cost": _host_cost}
 
 
 def run_suite(suite: str, args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:

@@ -48,9 +48,11 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 
 
 def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.Module:
-    """The Linear (K -> N, no bias, bf16, on cuda) of ``variant``, its weight a copy of ``weight``."""
+    """The Linear (K -> N, no bias, bf16, on ``weight``'s device) of ``variant``, its weight a
+    copy of ``weight``."""
+    device = weight.device
     if variant in ("bf16", "torchao_float8_tensorwise"):
-        layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+        layer = torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
         with torch.no_grad():
             layer.weight.copy_(weight)
         if variant == "bf16":
@@ -63,22 +65,25 @@ def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.M
     from tetrt_support.quant.linear import Linear
 
     recipe, custom_ops = variant.removesuffix(CUSTOM_OPS), variant.endswith(CUSTOM_OPS)
-    layer = Linear(k, n, bias=False, recipe=recipe, device="cuda", dtype=torch.bfloat16,
+    layer = Linear(k, n, bias=False, recipe=recipe, device=device, dtype=torch.bfloat16,
                    compile_as="custom_ops" if custom_ops else "auto")
     with torch.no_grad():
         layer.weight.copy_(weight)
     return layer
 
 
-def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "default") -> Callable[[], None]:
+def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "default",
+            device: str = "cuda") -> Callable[[], None]:
     """One compiled training step of ``variant``'s Linear: ``y = layer(x); y.backward(dy)``."""
     if mode not in MODES:
         raise ValueError(f"train_step: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if mode == WHOLE_STEP_GRAPH and device != "cuda":
+        raise ValueError(f"train_step: mode {WHOLE_STEP_GRAPH!r} captures a CUDA graph; device is {device!r}")
     allow_recompiles()
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
-    x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
-    dy = torch.randn(t, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    g = torch.Generator(device=device).manual_seed(seed)
+    weight = torch.randn(n, k, device=device, dtype=torch.bfloat16, generator=g) / k**0.5
+    x = torch.randn(t, k, device=device, dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    dy = torch.randn(t, n, device=device, dtype=torch.bfloat16, generator=g)
     layer = make_layer(variant, k, n, weight)
     compile_mode = None if mode in ("default", WHOLE_STEP_GRAPH) else mode
     compiled = torch.compile(layer, fullgraph=True, mode=compile_mode)

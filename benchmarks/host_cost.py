@@ -1,0 +1,123 @@
+"""What the host does per compiled Linear training step, counted on the CPU.
+
+    python -m benchmarks.perf --device cpu --suites host_cost   # -> results/host_cost_cpu.json
+
+One step as in :mod:`benchmarks.train_step` (``y = layer(x); y.backward(dy)``, the layer
+``torch.compile``d in the default mode, ``fullgraph=True``) at a size whose arithmetic is a
+few microseconds, so what a step costs is what the host does for it. Per variant: the
+Python function calls per step (cProfile; a count, the same on any machine for the same
+versions), the ATen operators it dispatches per step (torch.profiler; a count too) and the
+median wall time per step (noisy on a shared machine: read its ratios, not its values).
+
+The inline step compiles the quantization into the graph on every device. The custom ops
+call the quantizers from Python; on the CPU those run their eager reference (no Triton
+there), on CUDA the Triton kernels, so the CPU's counts for the custom ops are not the
+GPU's: the GPU figures are ``train_step``'s host times.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from benchmarks.record import torchao_version
+from benchmarks.steps import CUSTOM_OPS, step_fn
+
+TORCHAO = "torchao_float8_tensorwise"
+VARIANTS = ("bf16", TORCHAO, "fp8_current", f"fp8_current{CUSTOM_OPS}", "fp8_block",
+            f"fp8_block{CUSTOM_OPS}")
+SIZE = (32, 256, 256)  # T tokens, K in, N out: arithmetic of a few microseconds
+QUICK_SIZE = (16, 128, 128)
+
+
+def python_calls_per_step(step: Callable[[], None], steps: int) -> float:
+    """Python function calls (cProfile's count, primitive and recursive) per call of ``step``."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    return pstats.Stats(profiler).total_calls / steps  # type: ignore[attr-defined]
+
+
+def aten_ops_per_step(step: Callable[[], None], steps: int) -> float:
+    """ATen operators dispatched per call of ``step`` (torch.profiler's ``aten::`` events)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    return sum(1 for e in prof.events() if e.name.startswith("aten::")) / steps
+
+
+def wall_us_per_step(step: Callable[[], None], calls: int, rounds: int) -> float:
+    """Median over ``rounds`` of the wall time per call of ``step``, in microseconds."""
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def torchao_missing() -> str | None:
+    """Why torchao's float8 training cannot run here, or None."""
+    try:
+        import torchao.float8  # noqa: F401
+    except ImportError as e:
+        return f"torchao does not import ({e}); install the bench extra"
+    return None
+
+
+def run(quick: bool = False, variants: list[str] | None = None) -> dict[str, Any]:
+    """Every variant's counts and time at :data:`SIZE` (``quick``: :data:`QUICK_SIZE`)."""
+    unknown = sorted(set(variants or ()) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"host_cost: unknown variant(s) {', '.join(unknown)}; expected some of "
+                         f"{', '.join(VARIANTS)}")
+    t, k, n = QUICK_SIZE if quick else SIZE
+    steps, calls, rounds = (5, 10, 3) if quick else (20, 50, 7)
+    rows: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for variant in variants or VARIANTS:
+        reason = torchao_missing() if variant == TORCHAO else None
+        if reason:
+            skipped[variant] = reason
+            continue
+        torch._dynamo.reset()
+        step = step_fn(variant, t, k, n, device="cpu")
+        t0 = time.perf_counter()
+        step()
+        first = time.perf_counter() - t0
+        for _ in range(3):
+            step()
+        rows[variant] = {"python_calls_per_step": python_calls_per_step(step, steps),
+                         "aten_ops_per_step": aten_ops_per_step(step, steps),
+                         "wall_us_per_step": round(wall_us_per_step(step, calls, rounds), 1),
+                         "first_step_s": round(first, 2)}
+        print(f"host_cost {variant}: {rows[variant]}", flush=True)
+    base = rows.get("bf16")
+    for row in rows.values():
+        if base:
+            row["wall_vs_bf16"] = round(row["wall_us_per_step"] / base["wall_us_per_step"], 3)
+    return {"machine": torchao_version(), "host_cost": {"size": {"tokens": t, "in_features": k, "out_features": n},
+                          "steps_counted": steps, "calls_per_sample": calls, "rounds": rounds,
+                          "torch": torch.__version__, "variants": rows, "skipped": skipped}}
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The headline of a results file (what benchmarks.perf prints)."""
+    rows = result.get("host_cost", {}).get("variants", {})
+    return {v: {"python_calls": r["python_calls_per_step"], "aten_ops": r["aten_ops_per_step"],
+                "wall_us": r["wall_us_per_step"]} for v, r in rows.items()}
+
+
+if __name__ == "__main__":
+    from benchmarks.perf import suite_main
+
+    suite_main("host_cost")
