@@ -16,31 +16,38 @@ import pathlib
 import pytest
 
 MAX_WORKERS = 8
-# The longest units of the run, longest first: each took 100 s or more of one worker in a
-# full run on a loaded 2-core machine (the site's browser test runs only where Chromium is).
-# The rest keep their collection order. A stale entry costs balance, never a check.
+# The longest units of the run, longest first: each took 30 s or more of one worker in a
+# full run on a loaded 2-core machine (the site's browser test, last, is long only where
+# Chromium is). The rest keep their collection order. A stale entry costs balance, never a
+# check. The two codecs' whole-forward compiles are two files so that two workers share them.
 LONG_FIRST = (
-    "tests/compiler/test_compile_matrix.py",
-    "tests/complex/test_rules_elementwise.py",
-    "notebooks/06_hugging_face_sweep.ipynb",
-    "tests/compiler/test_user_reports.py",
-    "notebooks/08_torch_tensorrt_interface.ipynb",
-    "tests/quant/test_inline_linear.py",
     "tests/zoo/test_codec_models.py",
-    "tests/compiler/test_backend.py",
-    "notebooks/07_quantizer_numerics.ipynb",
-    "tests/compiler/test_interface.py",
-    "tests/quant/test_kernels_cpu.py",
-    "tests/compiler/test_caller_program_unchanged.py",
-    "notebooks/02_codegen_restoration.ipynb",
+    "tests/quant/test_inline_linear.py",
     "tests/zoo/test_hf_families.py",
-    "tests/compiler/test_save_load_formats.py",
-    "tests/quant/test_linear_dynamic.py",
-    "tests/compiler/test_bad_inputs.py",
+    "tests/zoo/test_codec_neucodec.py",
+    "tests/complex/test_rules_elementwise.py",
+    "tests/compiler/test_compile_matrix.py",
     "tests/quant/test_linear_usage.py",
+    "tests/quant/test_kernels_cpu.py",
+    "notebooks/06_hugging_face_sweep.ipynb",
     "tests/quant/test_te_exact.py",
-    "tests/report/test_llama4_benchmark.py",
+    "tests/compiler/test_backend.py",
+    "notebooks/08_torch_tensorrt_interface.ipynb",
+    "tests/compiler/test_user_reports.py",
+    "tests/quant/test_linear_dynamic.py",
+    "notebooks/07_quantizer_numerics.ipynb",
+    "tests/compiler/test_output_formats.py",
+    "tests/compiler/test_bad_inputs.py",
+    "tests/compiler/test_interface.py",
+    "tests/compiler/test_refit.py",
+    "notebooks/02_codegen_restoration.ipynb",
+    "tests/report/test_model_step.py",
     "tests/quant/test_linear_compile.py",
+    "tests/compiler/test_symint_block_inputs.py",
+    "tests/compiler/test_save_load_formats.py",
+    "tests/report/test_llama4_benchmark.py",
+    "tests/compiler/test_no_silent_wrong_answer.py",
+    "tests/complex/test_rules.py",
     "tests/test_site.py",
 )
 

@@ -1,0 +1,24 @@
+"""NeuCodec's whole forward, as users call it (``model(input_values=wave,
+input_features=features)``), exported with grad mode on and compiled with either strategy,
+static and dynamic (the batch: its length is specialised by export, see
+``test_codec_models.py``): one engine block, eager's numbers. The check is
+``codec_cases.py``'s, shared with XCodec2 in ``test_codec_models.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.zoo.codec_cases import STRATEGIES, Codec, check_whole_codec_compiles
+
+
+@pytest.fixture(scope="module")
+def codec() -> Codec:
+    return Codec("neucodec_model")
+
+
+@pytest.mark.parametrize("dynamic", (False, True), ids=("static", "dynamic"))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword(
+    codec: Codec, strategy: str, dynamic: bool
+) -> None:
+    check_whole_codec_compiles(codec, strategy, dynamic)
