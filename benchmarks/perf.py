@@ -80,7 +80,7 @@ BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impl
                      "host_cost_{device}": "host_cost"}
 HOST_SUITES = ("lowering", "fake_impls", "host_cost")  # measure host (CPU) work: --device cpu only
 CUDA_SUITES = ("train_step", "step_bounds", "te_conformance")  # measure GPU kernels: --device cuda only
-DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls"),
+DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls", "host_cost"),
                   "cuda": ("rope", "attention", "linear", "train_step", "step_bounds", "loss_study", "llama4",
                            "model_step")}
 

@@ -24,6 +24,7 @@
 # python scripts/gpu_check.py --only inline_decoder,inline_cases  # gpu_check_inline_decoder_cuda.json
 # python scripts/gpu_check.py --device cpu   # under torch 2.11, both inline recipes:
 #                                            # gpu_check_inline_torch211_cpu.json
+# python -m benchmarks.perf --device cpu --suites host_cost  # results/host_cost_cpu.json
 # ```
 #
 # Every figure below is a median; every claim is a **ratio of two figures from one
@@ -438,6 +439,33 @@ for recipe in ("fp8_current", "fp8_block"):
 # memory are those of the same kernels, its loss is not. What lifts that is one command on
 # a GPU, `python scripts/gpu_check.py --only inline,inline_decoder` (every Linear output
 # equal to the custom ops' byte for byte, no zero gradient), then the model step again.
+
+# %% [markdown]
+# ### What the host does per step, counted on the CPU
+#
+# Until then, the host's share can be counted without a GPU. `benchmarks/host_cost.py`
+# compiles one Linear's training step (default mode, `fullgraph=True`) at a size whose
+# arithmetic takes microseconds and counts what the host does per step: the Python function
+# calls (cProfile) and the ATen operators dispatched (torch.profiler). These are counts, not
+# times: the same on any machine with the same versions. The wall time beside them is
+# measured on the shared 2-core machine. One caveat: on the CPU the custom ops quantize
+# through the eager reference, not CUDA's Triton kernels, so their counts are not the GPU's.
+# The inline step compiles the same way on both devices.
+
+# %%
+host_run = results.load(f"{RESULTS}/host_cost_cpu.json", "host_cost")
+print(*wrap_lines("host_cost file: " + perf.machine_line(host_run)), sep="\n")
+display(model_step.host_cost_table(host_run))
+print(*wrap_lines("\n".join(model_step.host_cost_claims(host_run))), sep="\n")
+
+# %% [markdown]
+# The inline step leaves a step with about as much Python work as torchao's, a few
+# dozen calls more than bf16's compiled step. The custom ops make several times that, because
+# each of the two ops quantizes through Python. The ATen count says where the GEMM runs.
+# For bf16 and the fp8_block inline step, inductor lowers it into its own kernels. For
+# torchao and the fp8_current inline step, the CPU's `_scaled_mm` dispatches a hundred-odd
+# operators of its own. Whether fewer Python calls become less host time per step on
+# the GPU is what the model step above will show once it runs again.
 
 # %% [markdown]
 # ## 6. Do the recipes train as well as bf16?

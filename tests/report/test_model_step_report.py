@@ -94,3 +94,14 @@ def test_the_plot_draws_every_compiled_variant_per_case() -> None:
     assert labels == ["bf16", "torchao float8", "fp8_current"]  # the failed fp8_block is left out
     assert [ax.get_ylabel() for ax in axes] == [label for _, label in model_step.PLOTTED]
     plt.close(fig)
+
+
+def test_host_cost_claims_come_from_the_stored_file() -> None:
+    stored = results.load(results.RESULTS_DIR / "host_cost_cpu.json", "host_cost")
+    table = model_step.host_cost_table(stored)
+    assert [row[0] for row in table.rows][:2] == ["bf16", "torchao_float8_tensorwise"]
+    lines = model_step.host_cost_claims(stored)
+    assert [line.split(":")[0] for line in lines] == ["fp8_current", "fp8_block"]
+    rows = stored["host_cost"]["variants"]
+    for recipe in ("fp8_current", "fp8_block"):  # the property the claims state
+        assert rows[recipe]["python_calls_per_step"] < rows[f"{recipe}+custom_ops"]["python_calls_per_step"]

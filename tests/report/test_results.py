@@ -15,7 +15,8 @@ from tetrt_support.report import results
                                              ("train_step_cuda.json", "train_step"), ("loss_curves_cuda.json", "loss_study"),
                                              ("loss_curves_cpu.json", "loss_study"), ("gpu_check_cuda.json", "gpu_check"),
                                              ("step_bounds_cuda.json", "step_bounds"),
-                                             ("hf_sweep.json", "hf_sweep")])
+                                             ("hf_sweep.json", "hf_sweep"),
+                                             ("host_cost_cpu.json", "host_cost")])
 def test_every_stored_file_is_a_complete_results_file(name: str, benchmark: str) -> None:
     result = results.load(results.RESULTS_DIR / name, benchmark)
     assert set(results.SECTIONS[benchmark]) <= set(result)

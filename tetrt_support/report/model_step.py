@@ -167,3 +167,36 @@ def plot_model_step(axes: Any, result: Mapping[str, Any], suite: str = "model_st
         ax.set_xticks(range(len(cases)), [f"{c}\n{case_label(e).split(', ', 1)[1]}" for c, e in cases.items()],
                       fontsize=8)
         ax.set_ylabel(label)
+
+
+def host_cost_table(result: Mapping[str, Any]) -> Table:
+    """``benchmarks/host_cost.py``'s file: per variant, the Python calls and ATen operators of
+    one compiled Linear training step and its median wall time (CPU)."""
+    section = result["host_cost"]
+    size = section["size"]
+    rows = [[name, f"{v['python_calls_per_step']:.0f}", f"{v['aten_ops_per_step']:.0f}",
+             f"{v['wall_us_per_step']:.0f}"] for name, v in section["variants"].items()]
+    rows += [[name, "skipped", "", ""] for name in section.get("skipped", {})]
+    title = (f"one Linear step, {size['tokens']}x{size['in_features']}->{size['out_features']}, "
+             f"torch {section['torch']}, CPU")
+    return Table(rows, ["variant", "Python calls", "ATen ops", "wall us"], title=title)
+
+
+def host_cost_claims(result: Mapping[str, Any]) -> list[str]:
+    """Each recipe's inline step against its custom ops and against torchao, from the file."""
+    rows = result["host_cost"]["variants"]
+    peer = rows.get(PEER)
+    lines = []
+    for recipe in ("fp8_current", "fp8_block"):
+        inline, ops = rows.get(recipe), rows.get(f"{recipe}+custom_ops")
+        if inline is None or ops is None:
+            continue
+        line = (f"{recipe}: the inline step makes {inline['python_calls_per_step']:.0f} Python calls a "
+                f"step where its custom ops make {ops['python_calls_per_step']:.0f} "
+                f"({ops['python_calls_per_step'] / inline['python_calls_per_step']:.1f}x), "
+                f"and runs {ops['wall_us_per_step'] / inline['wall_us_per_step']:.1f}x faster")
+        if peer is not None:
+            line += (f"; torchao makes {peer['python_calls_per_step']:.0f} "
+                     f"({inline['python_calls_per_step'] - peer['python_calls_per_step']:+.0f})")
+        lines.append(line)
+    return lines

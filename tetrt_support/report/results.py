@@ -32,6 +32,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "hf_sweep": ("command", "versions", "tolerance", "rows"),
     "model_step": ("machine", "setup", "suites"),
     "te_conformance": ("machine", "versions", "comparison_rules"),
+    "host_cost": ("machine", "host_cost"),
 }
 
 _COMMANDS = {
@@ -46,6 +47,7 @@ _COMMANDS = {
     "hf_sweep": "python scripts/sweep_hf.py",
     "model_step": "python -m benchmarks.perf --device cuda --suites model_step",
     "te_conformance": "python -m benchmarks.perf --device cuda --suites te_conformance   (needs TransformerEngine)",
+    "host_cost": "python -m benchmarks.perf --device cpu --suites host_cost",
 }
 
 
