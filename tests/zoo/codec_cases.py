@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import pytest
 import torch
 from torch.export import Dim
 
@@ -61,3 +62,12 @@ def check_whole_codec_compiles(codec: Codec, strategy: str, dynamic: bool) -> No
         if dynamic:
             same_outputs(codec.model(**codec.other), compiled(**codec.other))
         assert not torch.is_grad_enabled()  # the semantic model's no_grad region left no switch
+
+
+@pytest.mark.parametrize("dynamic", (False, True), ids=("static", "dynamic"))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword(
+    codec: Codec, strategy: str, dynamic: bool
+) -> None:
+    """Collected by each codec's test file (imported there), with that file's ``codec``."""
+    check_whole_codec_compiles(codec, strategy, dynamic)

@@ -11,7 +11,11 @@ import pytest
 import torch
 from torch.export import Dim
 
-from tests.zoo.codec_cases import CODECS, STRATEGIES, Codec, check_whole_codec_compiles
+from tests.zoo.codec_cases import (  # noqa: F401 - the shared test, collected here with this codec
+    CODECS,
+    Codec,
+    test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword,
+)
 from tetrt_support import zoo
 from tetrt_support.zoo import hf
 
@@ -29,14 +33,6 @@ def test_the_codec_recipes_are_the_whole_models_with_the_hop_the_dynamic_dims_us
         inputs = zoo.example_inputs(name, model)[1]
         assert set(inputs) == {"input_values", "input_features"}
         assert inputs["input_values"].shape[-1] == hf.CODEC_HOP * inputs["input_features"].shape[1]
-
-
-@pytest.mark.parametrize("dynamic", (False, True), ids=("static", "dynamic"))
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword(
-    codec: Codec, strategy: str, dynamic: bool
-) -> None:
-    check_whole_codec_compiles(codec, strategy, dynamic)
 
 
 def test_neucodec_with_a_dynamic_length_is_refused_by_torch_export_itself() -> None:

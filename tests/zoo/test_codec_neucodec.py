@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.zoo.codec_cases import STRATEGIES, Codec, check_whole_codec_compiles
+from tests.zoo.codec_cases import (  # noqa: F401 - the shared test, collected here with this codec
+    Codec,
+    test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword,
+)
 
 
 @pytest.fixture(scope="module")
 def codec() -> Codec:
     return Codec("neucodec_model")
-
-
-@pytest.mark.parametrize("dynamic", (False, True), ids=("static", "dynamic"))
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_the_whole_codec_compiles_into_one_engine_block_called_by_keyword(
-    codec: Codec, strategy: str, dynamic: bool
-) -> None:
-    check_whole_codec_compiles(codec, strategy, dynamic)
