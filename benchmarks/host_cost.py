@@ -1,18 +1,20 @@
-"""What the host does per compiled Linear training step, counted on the CPU.
+"""What the host does per compiled Linear training step, counted.
 
     python -m benchmarks.perf --device cpu --suites host_cost   # -> results/host_cost_cpu.json
+    python -m benchmarks.perf --device cuda --suites host_cost  # -> results/host_cost_cuda.json
 
 One step as in :mod:`benchmarks.train_step` (``y = layer(x); y.backward(dy)``, the layer
 ``torch.compile``d in the default mode, ``fullgraph=True``) at a size whose arithmetic is a
 few microseconds, so what a step costs is what the host does for it. Per variant: the
 Python function calls per step (cProfile; a count, the same on any machine for the same
 versions), the ATen operators it dispatches per step (torch.profiler; a count too) and the
-median wall time per step (noisy on a shared machine: read its ratios, not its values).
+median wall time per step (noisy on a shared machine: read its ratios, not its values; on
+CUDA the GPU's work at this size is shorter than the host's, so it is the host's time).
 
 The inline step compiles the quantization into the graph on every device. The custom ops
 call the quantizers from Python; on the CPU those run their eager reference (no Triton
 there), on CUDA the Triton kernels, so the CPU's counts for the custom ops are not the
-GPU's: the GPU figures are ``train_step``'s host times.
+GPU's: each device has its own file.
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from benchmarks.steps import CUSTOM_OPS, step_fn
 TORCHAO = "torchao_float8_tensorwise"
 VARIANTS = ("bf16", TORCHAO, "fp8_current", f"fp8_current{CUSTOM_OPS}", "fp8_block",
             f"fp8_block{CUSTOM_OPS}")
-SIZE = (16, 64, 64)  # T tokens, K in, N out: a few microseconds of arithmetic (bf16 GEMMs are slow
-QUICK_SIZE = (8, 32, 32)  # on CPUs without bf16 instructions: at 32x256x256 they took ms)
+# T tokens, K in, N out: a few microseconds of arithmetic (bf16 GEMMs are slow on CPUs without
+# bf16 instructions: at 32x256x256 they took ms); on CUDA the smallest size whose every dim the
+# block formats' GEMM takes (multiples of 128), so that the inline step can run there.
+SIZE = {"cpu": (16, 64, 64), "cuda": (128, 128, 128)}
+QUICK_SIZE = {"cpu": (8, 32, 32), "cuda": (128, 128, 128)}
 
 
 def python_calls_per_step(step: Callable[[], None], steps: int) -> float:
@@ -54,13 +59,17 @@ def aten_ops_per_step(step: Callable[[], None], steps: int) -> float:
     return sum(1 for e in prof.events() if e.name.startswith("aten::")) / steps
 
 
-def wall_us_per_step(step: Callable[[], None], calls: int, rounds: int) -> float:
-    """Median over ``rounds`` of the wall time per call of ``step``, in microseconds."""
+def wall_us_per_step(step: Callable[[], None], calls: int, rounds: int, device: str = "cpu") -> float:
+    """Median over ``rounds`` of the wall time per call of ``step``, in microseconds (on
+    CUDA each round ends when the device has finished its work)."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     samples = []
     for _ in range(rounds):
+        sync()
         t0 = time.perf_counter()
         for _ in range(calls):
             step()
+        sync()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(samples)
 
@@ -74,13 +83,13 @@ def torchao_missing() -> str | None:
     return None
 
 
-def run(quick: bool = False, variants: list[str] | None = None) -> dict[str, Any]:
-    """Every variant's counts and time at :data:`SIZE` (``quick``: :data:`QUICK_SIZE`)."""
+def run(quick: bool = False, variants: list[str] | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Every variant's counts and time at :data:`SIZE` (``quick``: :data:`QUICK_SIZE`) on ``device``."""
     unknown = sorted(set(variants or ()) - set(VARIANTS))
     if unknown:
         raise ValueError(f"host_cost: unknown variant(s) {', '.join(unknown)}; expected some of "
                          f"{', '.join(VARIANTS)}")
-    t, k, n = QUICK_SIZE if quick else SIZE
+    t, k, n = (QUICK_SIZE if quick else SIZE)[device]
     steps, calls, rounds = (5, 10, 3) if quick else (20, 50, 7)
     rows: dict[str, Any] = {}
     skipped: dict[str, str] = {}
@@ -90,7 +99,7 @@ def run(quick: bool = False, variants: list[str] | None = None) -> dict[str, Any
             skipped[variant] = reason
             continue
         torch._dynamo.reset()
-        step = step_fn(variant, t, k, n, device="cpu")
+        step = step_fn(variant, t, k, n, device=device)
         t0 = time.perf_counter()
         step()
         first = time.perf_counter() - t0
@@ -98,7 +107,7 @@ def run(quick: bool = False, variants: list[str] | None = None) -> dict[str, Any
             step()
         rows[variant] = {"python_calls_per_step": python_calls_per_step(step, steps),
                          "aten_ops_per_step": aten_ops_per_step(step, steps),
-                         "wall_us_per_step": round(wall_us_per_step(step, calls, rounds), 1),
+                         "wall_us_per_step": round(wall_us_per_step(step, calls, rounds, device), 1),
                          "first_step_s": round(first, 2)}
         print(f"host_cost {variant}: {rows[variant]}", flush=True)
     return {"machine": torchao_version(), "host_cost": {"size": {"tokens": t, "in_features": k, "out_features": n},

@@ -78,7 +78,7 @@ BENCHMARK_OF_FILE = {"perf_{device}": "perf", "lowering": "lowering", "fake_impl
                      "loss_curves_{device}": "loss_study", "llama4_{device}": "llama4",
                      "te_conformance_{device}": "te_conformance", "model_step_{device}": "model_step",
                      "host_cost_{device}": "host_cost"}
-HOST_SUITES = ("lowering", "fake_impls", "host_cost")  # measure host (CPU) work: --device cpu only
+HOST_SUITES = ("lowering", "fake_impls")  # measure host (CPU) work: --device cpu only
 CUDA_SUITES = ("train_step", "step_bounds", "te_conformance")  # measure GPU kernels: --device cuda only
 DEFAULT_SUITES = {"cpu": ("rope", "attention", "linear", "lowering", "fake_impls", "host_cost"),
                   "cuda": ("rope", "attention", "linear", "train_step", "step_bounds", "loss_study", "llama4",
@@ -135,7 +135,7 @@ def _fake_impls(args: argparse.Namespace, iters: int, write: Write) -> dict[str,
 def _host_cost(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:
     from benchmarks import host_cost
 
-    return host_cost.run(args.quick, variants=args.recipes)
+    return host_cost.run(args.quick, variants=args.recipes, device=args.device)
 
 
 def _train_step(args: argparse.Namespace, iters: int, write: Write) -> dict[str, Any]:

@@ -111,3 +111,26 @@ def test_dynamic_dims_keep_the_bounds_the_block_recorded():
     module = get_engine("onnxruntime").build(block, inputs, names)
     longer = torch.randn(3, 9, 4)
     torch.testing.assert_close(module(table.rows, longer)[0], table(longer))
+
+
+def test_the_engine_exports_what_torch_onnx_export_writes_with_one_registry() -> None:
+    """The engine hands the exporter a registry it built once: the ONNX bytes are those
+    ``torch.onnx.export(..., dynamo=True)`` writes for the same program, and a second export
+    builds no registry."""
+    from tetrt_support.compiler.engines import onnxruntime as engine
+
+    class Block(torch.nn.Module):
+        def forward(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return torch.atan2(y, x).softmax(-1) * 2  # atan2: the engine's exact decomposition runs too
+
+    block = torch.fx.symbolic_trace(Block())
+    inputs = [torch.randn(3, 5), torch.randn(3, 5)]
+    ours = engine.export_block_to_onnx(block, inputs)
+    built = engine._registry.cache_info().currsize
+    assert engine.export_block_to_onnx(block, inputs) == ours
+    assert engine._registry.cache_info().currsize == built
+    program = torch.export.export(block, tuple(inputs), strict=False)
+    program = program.run_decompositions({torch.ops.aten.atan2.default: engine.EXACT_DECOMPOSITIONS[
+        torch.ops.aten.atan2.default]})
+    public = torch.onnx.export(program, dynamo=True, input_names=["input_0", "input_1"], optimize=True, verbose=False)
+    assert public.model_proto.SerializeToString() == ours

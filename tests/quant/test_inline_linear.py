@@ -274,5 +274,22 @@ def test_the_block_step_on_cuda_names_what_it_cannot_take() -> None:
         assert inline_linear.unfit(plan, x[:128], w, None) is None
         assert "bias" in inline_linear.unfit(plan, x[:128], w, torch.empty(256, device="cuda"))
         assert "takes bf16" in inline_linear.unfit(plan, x[:128].float(), w, None)
-        assert inline_linear.unfit(inline_linear.plan_for(get_recipe("fp8_current").quantizers(), "fp8_current"), x, w,
-                                   None) is None
+
+
+
+def test_the_current_scaling_step_on_cuda_needs_multiples_of_16() -> None:
+    """``torch._scaled_mm`` on CUDA refuses a reduction or output-column dim off a multiple
+    of 16, and the three GEMMs of a Linear reduce over every one of its dims: auto falls
+    back to the custom ops (whose GEMM then runs the reference), an explicit inline says why."""
+    from torch._subclasses import FakeTensorMode
+
+    from tetrt_support.quant import inline_linear
+
+    plan = inline_linear.plan_for(get_recipe("fp8_current").quantizers(), "fp8_current")
+    with FakeTensorMode():
+        w = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
+        x = torch.empty(1000, 384, device="cuda", dtype=torch.bfloat16)
+        assert inline_linear.unfit(plan, x, w, None) == "torch._scaled_mm on CUDA needs multiples of 16: tokens=1000"
+        assert inline_linear.unfit(plan, x[:992], w, torch.empty(256, device="cuda")) is None
+        assert inline_linear.unfit(plan, x[:992, :376], w[:, :376], None).endswith("in_features=376")
+        assert inline_linear.unfit(plan, x.cpu(), w.cpu(), None) is None  # the CPU's _scaled_mm takes any shape

@@ -219,6 +219,10 @@ class Float8Quantizer(_PerTensorFloat8):
 
 # ------------------------------------------------------------------ CUDA fast paths
 # Delayed scaling (Float8Quantizer) has none: its quantize updates live tensors.
+#: ``torch._scaled_mm`` on CUDA takes only GEMMs whose reduction and output-column dims are
+#: multiples of this; a Linear's three GEMMs reduce over in_features, out_features and tokens.
+SCALED_MM_MULTIPLE = 16
+
 _CURRENT_SCALING_OPTIONS = frozenset({"amax_reduction_group", "tensor_amax"})
 
 
@@ -305,6 +309,8 @@ def _tensorwise_mm(a: Float8Tensor, b: Float8Tensor, *, layout_a: str | None, la
 
     lhs = row_major(a, pa, transpose_a)
     rhs_t = row_major(b, pb, not transpose_b)  # op(b)^T row-major == op(b) column-major
+    if lhs.shape[1] % SCALED_MM_MULTIPLE or rhs_t.shape[0] % SCALED_MM_MULTIPLE:
+        return None  # (M, K) @ (K, N) with K or N off the multiple: cuBLAS has no kernel
     return torch._scaled_mm(lhs, rhs_t.t(), scale_a=a._scale_inv.reshape(()),
                             scale_b=b._scale_inv.reshape(()), out_dtype=out_dtype,
                             use_fast_accum=fast_accum)

@@ -111,19 +111,26 @@ def plan_for(quantizers: tuple[Any, Any, Any], family: str,
 
 
 def unfit(plan: Plan, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
-    """Why the inline step cannot run this call (None: it can). FP8 current scaling runs
-    any shape; the block formats' CUDA GEMM (cuBLASLt's blockwise kernel, as the custom ops
-    call it) needs bf16 operands, no bias (the custom ops take another GEMM for an fp32
-    output) and every dim a multiple of 128."""
-    if isinstance(plan, Float8Gemms) or not x2d.is_cuda:
+    """Why the inline step cannot run this call (None: it can). On the CPU it runs any call.
+    On CUDA, FP8 current scaling's ``torch._scaled_mm`` needs every dim (tokens, in and out
+    features: each is a reduction or output-column dim of one of the three GEMMs) a multiple
+    of 16; the block formats' GEMM (cuBLASLt's blockwise kernel, as the custom ops call it)
+    needs bf16 operands, no bias (the custom ops take another GEMM for an fp32 output) and
+    every dim a multiple of 128."""
+    if not x2d.is_cuda:
         return None
+    dims = {"tokens": x2d.shape[0], "in_features": weight.shape[1], "out_features": weight.shape[0]}
+    if isinstance(plan, Float8Gemms):
+        from tetrt_support.quant.float8_tensor import SCALED_MM_MULTIPLE
+
+        odd = [f"{name}={size}" for name, size in dims.items() if size % SCALED_MM_MULTIPLE]
+        return f"torch._scaled_mm on CUDA needs multiples of {SCALED_MM_MULTIPLE}: {', '.join(odd)}" if odd else None
     from tetrt_support.quant.kernels.gemm import BLOCK
 
     if x2d.dtype != torch.bfloat16:
         return f"the blockwise GEMM on CUDA takes bf16, the input is {str(x2d.dtype).removeprefix('torch.')}"
     if bias is not None:
         return "the blockwise GEMM on CUDA writes bf16, a bias needs the fp32 output"
-    dims = {"tokens": x2d.shape[0], "in_features": weight.shape[1], "out_features": weight.shape[0]}
     odd = [f"{name}={size}" for name, size in dims.items() if size % BLOCK != 0]
     return f"the blockwise GEMM on CUDA needs multiples of {BLOCK}: {', '.join(odd)}" if odd else None
 

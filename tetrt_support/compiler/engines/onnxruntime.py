@@ -1,7 +1,7 @@
 """The ONNX Runtime engine: the CPU stand-in for a TensorRT engine.
 
-Each block is exported with ``torch.export`` then ``torch.onnx.export(..., dynamo=True)`` and
-run by ``onnxruntime.InferenceSession`` on the CPU provider, dtypes kept. Like TensorRT, it
+Each block is exported with ``torch.export`` then torch.onnx's dynamo exporter (what
+``torch.onnx.export(..., dynamo=True)`` runs, its translation registry built once) and run by ``onnxruntime.InferenceSession`` on the CPU provider, dtypes kept. Like TensorRT, it
 has no complex arithmetic here, so ``supports`` refuses every complex node (why:
 ``docs/architecture.md``, "Module notes"). The built module keeps the ONNX bytes, pickles as
 them, and recreates the session on first use after unpickling.
@@ -67,13 +67,35 @@ def _quiet_exporter() -> Iterator[None]:
             lg.setLevel(level)
 
 
+def _opset() -> int:
+    """The opset ``torch.onnx.export`` targets when not told, and so the engine's."""
+    from torch.onnx import _constants
+
+    return _constants.ONNX_DEFAULT_OPSET
+
+
+@functools.cache
+def _registry(custom: tuple[tuple[Any, Any], ...] = ()) -> Any:
+    """Torchlib's ONNX registry with the ``custom`` translations added, built once per table.
+
+    ``torch.onnx.export`` rebuilds it on every call, reading the source of every onnxscript
+    function, which costs more than exporting a small block; export only reads it.
+    """
+    from torch.onnx._internal.exporter import _registration
+
+    with _quiet_exporter():
+        registry = _registration.ONNXRegistry.from_torchlib(opset_version=_opset())
+    for op, function in custom:
+        registry.register_op(op, function, is_complex=False)
+    return registry
+
+
 @functools.cache
 def _torchlib() -> tuple[Any, frozenset[Any]]:
     """The exporter's own registry and the ATen decompositions it applies before translating."""
-    from torch.onnx._internal.exporter import _decomp, _registration
+    from torch.onnx._internal.exporter import _decomp
 
-    with _quiet_exporter():
-        registry = _registration.ONNXRegistry.from_torchlib()
+    registry = _registry()
     decomposed = frozenset(
         _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
     )
@@ -132,6 +154,8 @@ def export_block_to_onnx(
     dynamic_dims: DynamicDims | None = None,
 ) -> bytes:
     """Serialized ONNX model of ``block``; dims named in ``dynamic_dims`` stay symbolic."""
+    from torch.onnx._internal.exporter import _core as onnx_exporter
+
     dynamic_shapes = dynamic_shapes_for_export(example_inputs, dynamic_dims, block)
     input_names = [f"input_{i}" for i in range(len(example_inputs))]
     with _quiet_exporter():
@@ -142,13 +166,15 @@ def export_block_to_onnx(
         inexact = {n.target for n in exported.graph.nodes} & EXACT_DECOMPOSITIONS.keys()
         if inexact:  # torchlib's atan2 / copysign would be wrong or missing: see onnx_exact_ops
             exported = exported.run_decompositions({op: EXACT_DECOMPOSITIONS[op] for op in inexact})
-        program = torch.onnx.export(
+        # What torch.onnx.export(exported, dynamo=True, optimize=True) runs, with the
+        # registry built once instead of on every call (``_registry``).
+        program = onnx_exporter.export(
             exported,
-            dynamo=True,
+            registry=_registry(tuple(extra_translations().items())),
             input_names=input_names,
             optimize=True,
             verbose=False,
-            custom_translation_table=extra_translations() or None,
+            opset_version=_opset(),
         )
     return program.model_proto.SerializeToString()
 
