@@ -70,6 +70,17 @@ def test_the_inline_fix_is_stored_as_checked_under_torch_2_11() -> None:
     assert before["torch"].startswith("2.11") and not any(r["equal"] for r in before["inline_fp8_current_cases"].values())
 
 
+def test_the_stored_cuda_inline_check_names_the_gemm_that_stopped_it() -> None:
+    """The H200 run after the fast-path tables: the quantizers equal the CPU reference byte for
+    byte, and the inline check stopped in the custom ops' wgrad, where ``torch._scaled_mm``
+    refused 1000 tokens (the tensorwise GEMM now leaves such shapes to the reference)."""
+    check = results.load(results.RESULTS_DIR / "gpu_check_inline_cuda.json", "gpu_check")
+    assert all(case["ok"] for case in check["bit_identity"])
+    lines = model_step.inline_error_lines(check)
+    assert "divisible by 16" in lines[0] and lines[-1].strip().startswith("at tetrt_support/quant/float8_tensor.py")
+    assert model_step.inline_error_lines({"inline_fp8_current": []}) == []
+
+
 def test_inline_linear_lines_name_the_unequal_outputs() -> None:
     check = {"inline_fp8_block": [
         {"shape": [256, 128, 128], "bias": False, "equal": {"y": True, "dgrad": True, "wgrad": True},

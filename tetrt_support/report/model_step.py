@@ -14,8 +14,8 @@ from typing import Any
 from tetrt_support.report.tables import Table
 from tetrt_support.report.training import COLORS, PEER
 
-__all__ = ["LOSS_TOLERANCE", "case_label", "inline_case_lines", "inline_decoder_lines", "inline_linear_lines",
-           "model_step_claims", "model_step_table", "plot_model_step"]
+__all__ = ["LOSS_TOLERANCE", "case_label", "inline_case_lines", "inline_decoder_lines", "inline_error_lines",
+           "inline_linear_lines", "model_step_claims", "model_step_table", "plot_model_step"]
 
 #: the issue's bar for the loss after the run: within 1 % of bf16's
 LOSS_TOLERANCE = 0.01
@@ -128,6 +128,15 @@ def inline_linear_lines(check: Mapping[str, Any], recipe: str = "fp8_current") -
                      + (f"equal bytes: {', '.join(same)}" if same else "no output equal")
                      + (f"; differ: {', '.join(differ)}" if differ else ""))
     return lines
+
+
+def inline_error_lines(check: Mapping[str, Any]) -> list[str]:
+    """What stopped ``scripts/gpu_check.py --only inline`` (its error and the frames of this
+    repository it passed through, innermost last), or nothing when it ran through."""
+    error = check.get("inline_error")
+    if not error:
+        return []
+    return [f"inline check stopped: {error}"] + [f"  at {frame}" for frame in check.get("inline_error_package_frames", [])]
 
 
 def _pair(norms: Any) -> str:
