@@ -22,6 +22,19 @@ def test_discovery_reads_the_modeling_code_and_every_found_family_has_a_recipe()
     assert all(s.path.startswith("models/") and "/modeling_" in s.path for s in found.values())
 
 
+@pytest.mark.parametrize("name", ["torch.view_as_complex", "x.view_as_complex", "torch.polar", "torch.fft.rfft",
+                                  "torch.complex64", "torch.cdouble", "torch.istft", "torch.complex"])
+def test_every_name_a_marker_matches_holds_a_word_of_the_text_filter(name: str) -> None:
+    """Discovery parses only files whose text holds one of ``MARKER_WORDS``: each marker's
+    pattern needs one of them (a pattern without one would make the filter skip real hits)."""
+    from tetrt_support.zoo.discover import COMPLEX_MARKERS, MARKER_WORDS
+
+    matched = [marker for marker, pattern in COMPLEX_MARKERS.items() if pattern.search(name)]
+    assert matched and any(word in name for word in MARKER_WORDS)
+    for marker, pattern in COMPLEX_MARKERS.items():  # and each pattern's literal part holds one
+        assert any(word in pattern.pattern for word in MARKER_WORDS), marker
+
+
 def test_families_are_tiny_seeded_and_take_keyword_inputs() -> None:
     a, b, c = zoo.build_model("fnet", seed=0), zoo.build_model("fnet", seed=0), zoo.build_model("fnet", seed=1)
     assert not a.training and sum(p.numel() for p in a.parameters()) < 100_000
