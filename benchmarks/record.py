@@ -13,7 +13,9 @@ import json
 import os
 import pathlib
 import platform
+import re
 import sys
+import traceback
 from typing import Any
 
 from tetrt_support.report.results import RESULTS_DIR
@@ -74,6 +76,22 @@ def error_record(e: BaseException) -> dict[str, str]:
     """A failure as a results entry: the exception type and the first line of its message."""
     first = str(e).splitlines()[0][:300] if str(e) else ""
     return {"error": f"{type(e).__name__}: {first}"}
+
+
+_REPO = pathlib.Path(__file__).resolve().parent.parent
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def package_frames(e: BaseException) -> list[str]:
+    """The frames of this repository a failure passed through, outermost first, as
+    ``path:line in function`` relative to the repository (no machine path): the traceback's
+    and those Dynamo names in its message ("from user code")."""
+    frames = []
+    for path, line, function in _FRAME.findall("".join(traceback.format_exception(e))):
+        resolved = pathlib.Path(path).resolve()
+        if resolved.is_file() and resolved.is_relative_to(_REPO) and ".venv" not in resolved.parts:
+            frames.append(f"{resolved.relative_to(_REPO).as_posix()}:{line} in {function}")
+    return list(dict.fromkeys(frames))
 
 
 def write(path: pathlib.Path, result: dict[str, Any], *, indent: int = 2) -> None:

@@ -33,7 +33,6 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 from typing import Any
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-gpu-check-"))
@@ -632,11 +631,11 @@ def main() -> int:
         print("gpu_check: no CUDA device", file=sys.stderr)
         return 2
     skip = set(filter(None, args.skip.split(",")))
-    from benchmarks.record import machine
+    from benchmarks import record
 
     report: dict[str, Any] = {"benchmark": "gpu_check", "torch": torch.__version__,
                               "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-                              "machine": machine(args.device)}
+                              "machine": record.machine(args.device)}
     started = time.perf_counter()
     kernel_rows: list[dict[str, Any]] = []
     def fixed_tiles() -> None:  # the broad matrix on each kernel's default tile sizes (no autotuning)
@@ -663,7 +662,8 @@ def main() -> int:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - report the part as failed, run the others
-            report[f"{part}_error"] = "".join(traceback.format_exception(e))[-3000:]
+            report[f"{part}_error"] = record.error_record(e)["error"]
+            report[f"{part}_error_package_frames"] = record.package_frames(e)
         report[f"{part}_s"] = round(time.perf_counter() - t0, 1)
         report["bit_identity"] = kernel_rows
         with open(args.out, "w") as f:  # after every part: a later part that hangs loses nothing
@@ -684,7 +684,7 @@ def main() -> int:
                 *(f"inline_{r}{part}" for r in INLINE_RECIPES for part in ("", "_decoder", "_cases"))):
         print(key, json.dumps(report.get(key), indent=None)[:1500])
     for key in [k for k in report if k.endswith("_error")]:
-        print(key, report[key])
+        print(key, report[key], *(f"\n  at {f}" for f in report.get(f"{key}_package_frames", [])))
     return 1 if failed else 0
 
 

@@ -277,6 +277,27 @@ def test_the_block_step_on_cuda_names_what_it_cannot_take() -> None:
 
 
 
+def test_dynamo_captures_the_block_gemm_as_the_aten_op() -> None:
+    """The block step's GEMM is ``aten._scaled_mm_v2`` itself: torch 2.11's Dynamo refuses to
+    trace ``torch._scaled_mm_v2``, the binding ``F.scaled_mm`` calls, which broke the CUDA
+    inline step there (benchmarks/results/gpu_check_inline_cuda.json). Traced on meta tensors."""
+    from tetrt_support.quant.kernels.gemm import blockwise_fp8_mm
+
+    targets = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+        targets.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    fp8 = torch.float8_e4m3fn
+    a, b = torch.empty(256, 384, dtype=fp8, device="meta"), torch.empty(128, 384, dtype=fp8, device="meta")
+    a_scale, b_scale = torch.empty(256, 3, device="meta"), torch.empty(1, 3, device="meta")
+    gemm = torch.compile(lambda *t: blockwise_fp8_mm(*t, b_two_d=True), backend=capture, fullgraph=True)
+    assert gemm(a, a_scale, b, b_scale).shape == (256, 128)
+    assert torch.ops.aten._scaled_mm_v2.default in targets
+    assert torch._scaled_mm_v2 not in targets
+
+
 def test_the_current_scaling_step_on_cuda_needs_multiples_of_16() -> None:
     """``torch._scaled_mm`` on CUDA refuses a reduction or output-column dim off a multiple
     of 16, and the three GEMMs of a Linear reduce over every one of its dims: auto falls

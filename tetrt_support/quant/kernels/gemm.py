@@ -1,7 +1,7 @@
 """Quantized GEMMs on Hopper: native FP8 blockwise, emulated MXFP8 and NVFP4.
 
 Every function computes ``a @ b.T`` for row-major ``(M, K)`` and ``(N, K)`` operands quantized
-along K. FP8 blockwise runs ``torch.nn.functional.scaled_mm`` with block scales; MXFP8 and
+along K. FP8 blockwise runs ``aten._scaled_mm_v2`` with block scales; MXFP8 and
 NVFP4 are dequantized exactly into bf16 for cuBLAS's bf16 GEMM, NVFP4's alpha applied once
 after it. :func:`emulated_reference_mm` is the float64 definition they are checked against.
 Scale views and alpha: ``docs/architecture.md`` ("Module notes", quantized GEMMs).
@@ -12,10 +12,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.nn.functional import ScalingType
 
 from tetrt_support.quant.kernels._common import bf16_bits, software_casts
 
 BLOCK = 128
+# cuBLASLt's block recipes as the ints ``aten._scaled_mm_v2`` takes (what ``F.scaled_mm`` passes)
+_RECIPE_1X128 = ScalingType.BlockWise1x128.value
+_RECIPE_128X128 = ScalingType.BlockWise128x128.value
 
 
 # --------------------------------------------------------------------- FP8 blockwise
@@ -42,8 +46,6 @@ def blockwise_fp8_mm(
     re-laid here; in TE's GEMM-ready layout (1 x 128: the (rows, K/128) view of the stored
     transposed buffer; 128 x 128: the stored buffer, K/128 padded to 4) they pass as views.
     """
-    from torch.nn.functional import ScalingType, scaled_mm
-
     if b_two_d:
         # (N/128, K/128) row-major, K/128 padded to a multiple of 4 (cuBLASLt's layout), as a
         # column-major (K/128, N/128) view
@@ -56,9 +58,11 @@ def blockwise_fp8_mm(
         scale_b = b_scale_inv.t()
     else:
         scale_b = outer_major_scales(b_scale_inv)
-    return scaled_mm(
-        a, b.t(), outer_major_scales(a_scale_inv), ScalingType.BlockWise1x128, scale_b,
-        ScalingType.BlockWise128x128 if b_two_d else ScalingType.BlockWise1x128, output_dtype=out_dtype,
+    # The op itself, not ``F.scaled_mm``: torch 2.11's Dynamo refuses to trace the Python
+    # binding ``torch._scaled_mm_v2`` that it calls (benchmarks/results/gpu_check_inline_cuda.json)
+    return torch.ops.aten._scaled_mm_v2.default(
+        a, b.t(), [outer_major_scales(a_scale_inv)], [_RECIPE_1X128], [],
+        [scale_b], [_RECIPE_128X128 if b_two_d else _RECIPE_1X128], [], None, out_dtype,
     )
 
 
