@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from benchmarks.record import torchao_version
-from benchmarks.steps import CUSTOM_OPS, step_fn
+from benchmarks.steps import CUSTOM_OPS, compiled_steps, make_layer, step_fn
 
 TORCHAO = "torchao_float8_tensorwise"
 VARIANTS = ("bf16", TORCHAO, "fp8_current", f"fp8_current{CUSTOM_OPS}", "fp8_block",
@@ -100,6 +100,7 @@ def run(quick: bool = False, variants: list[str] | None = None, device: str = "c
             continue
         torch._dynamo.reset()
         step = step_fn(variant, t, k, n, device=device)
+        form = compiled_steps(make_layer(variant, k, n, torch.empty(n, k, device=device, dtype=torch.bfloat16)), t)
         t0 = time.perf_counter()
         step()
         first = time.perf_counter() - t0
@@ -108,7 +109,7 @@ def run(quick: bool = False, variants: list[str] | None = None, device: str = "c
         rows[variant] = {"python_calls_per_step": python_calls_per_step(step, steps),
                          "aten_ops_per_step": aten_ops_per_step(step, steps),
                          "wall_us_per_step": round(wall_us_per_step(step, calls, rounds, device), 1),
-                         "first_step_s": round(first, 2)}
+                         "first_step_s": round(first, 2), **({"compiled_step": form} if form else {})}
         print(f"host_cost {variant}: {rows[variant]}", flush=True)
     return {"machine": torchao_version(), "host_cost": {"size": {"tokens": t, "in_features": k, "out_features": n},
                           "steps_counted": steps, "calls_per_sample": calls, "rounds": rounds,

@@ -49,7 +49,8 @@ import torch
 import torch._dynamo
 
 from benchmarks import record
-from benchmarks.steps import CUSTOM_OPS, WHOLE_STEP_GRAPH, allow_recompiles, host_ms_per_step, whole_step_graph
+from benchmarks.steps import (CUSTOM_OPS, WHOLE_STEP_GRAPH, allow_recompiles, compiled_steps, host_ms_per_step,
+                              whole_step_graph)
 from tetrt_support.zoo.decoder import Decoder, DecoderConfig, decoder_config
 
 allow_recompiles()
@@ -481,6 +482,9 @@ def bench_case(name: str, modes: dict[str, list[str]], *, device: str, rounds: i
             runs[variant] = Run(model, forward, context)
             if entry is not None:
                 entry["convert_s"] = time.perf_counter() - t0
+                form = None if is_eager(variant) else compiled_steps(model, case.tokens)
+                if form:
+                    entry["compiled_step"] = form
         except Exception as e:  # noqa: BLE001 - one broken variant must not hide the others
             for mode in modes:
                 if variant in entries[mode]["variants"]:

@@ -7,7 +7,8 @@ Shared by :mod:`benchmarks.train_step`, :mod:`benchmarks.step_bounds`,
   (:func:`step_fn`) and its sizes ``TxKxN``;
 - the whole step captured into one CUDA graph (:func:`whole_step_graph`, mode
   :data:`WHOLE_STEP_GRAPH`) and the host time per step (:func:`host_ms_per_step`);
-- the FP8 forward against raw ``torch._scaled_mm`` (:func:`fp8_forward_case`).
+- the FP8 forward against raw ``torch._scaled_mm`` (:func:`fp8_forward_case`);
+- which step (inline or custom ops) a model's quantized Linears compile to (:func:`compiled_steps`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ def make_layer(variant: str, k: int, n: int, weight: torch.Tensor) -> torch.nn.M
     with torch.no_grad():
         layer.weight.copy_(weight)
     return layer
+
+
+def compiled_steps(model: torch.nn.Module, tokens: int) -> str | None:
+    """Which step this project's quantized Linears in ``model`` take under torch.compile for
+    ``tokens`` rows (``"inline"``, ``"custom_ops"``, or both joined by ``+``); None: it has none.
+    ``compile_as="auto"`` decides per device and shape, so a results file records what it took."""
+    from tetrt_support.quant.linear import Linear
+
+    forms = {m.compiled_step(torch.empty(tokens, m.in_features, device=m.weight.device, dtype=m.weight.dtype))
+             for m in model.modules() if isinstance(m, Linear)}
+    return "+".join(sorted(forms)) or None
 
 
 def step_fn(variant: str, t: int, k: int, n: int, seed: int = 0, mode: str = "default",

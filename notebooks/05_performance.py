@@ -30,6 +30,13 @@
 # python scripts/gpu_check.py --device cpu   # under torch 2.11, both inline recipes:
 #                                            # gpu_check_inline_torch211_cpu.json
 # python -m benchmarks.perf --device cpu --suites host_cost  # results/host_cost_cpu.json
+# # on an H100, the same day (three files):
+# python scripts/gpu_check.py --only linear,inline,inline_decoder,inline_cases
+#                     # gpu_check_inline_cuda.json, stored as gpu_check_inline_cuda_h100.json
+# python -m benchmarks.perf --device cuda --suites host_cost   # results/host_cost_cuda.json
+# python -m benchmarks.perf --device cuda --suites model_step --sizes 8b_2048 --recipes \
+#     bf16,torchao_float8_tensorwise,fp8_current,fp8_block,fp8_current+custom_ops,fp8_block+custom_ops
+#                     # model_step_cuda.json, stored as model_step_recipes_cuda_h100.json
 # ```
 #
 # Every figure below is a median; every claim is a **ratio of two figures from one
@@ -480,12 +487,59 @@ print(*wrap_lines("\n".join(inline_lines)), sep="\n")
 # same way in `backward` on a GPU; the CPU's `_scaled_mm` has no such limit, so no test here
 # could see it. The tensorwise fast path now leaves such a GEMM to the reference, and the
 # inline step names the dims it cannot take on CUDA (`compile_as="auto"` then takes the
-# custom ops); the check's case is now 1008 tokens. The inline check itself is still to run.
+# custom ops); the check's case is now 1008 tokens.
+
+# %% [markdown]
+# ### The inline check on an H100, after the multiple-of-16 fix
+#
+# A later session got an H100, not the H200, so its figures compare only with each other.
+# It ran the inline check again:
+
+# %%
+h100_check = results.load(f"{RESULTS}/gpu_check_inline_cuda_h100.json", "gpu_check")
+print(*wrap_lines("gpu_check file: " + perf.machine_line(h100_check)), sep="\n")
+for recipe in ("fp8_current", "fp8_block"):
+    shapes = model_step.inline_linear_lines(h100_check, recipe) or ["no shape ran"]
+    print(f"-- {recipe}", *shapes, sep="\n")
+print(*wrap_lines("\n".join(model_step.inline_error_lines(h100_check))), sep="\n")
+
+# %% [markdown]
+# The FP8 current-scaling inline step, compiled by inductor, now equals the custom ops byte
+# for byte in every output of every shape, the 1008-token case included: the fix holds on
+# CUDA. FP8 block scaling stopped before its first shape. Dynamo refuses to trace
+# `torch._scaled_mm_v2`, the Python binding that `torch.nn.functional.scaled_mm` calls,
+# and the CPU tests never met it because there the block GEMM is not cuBLASLt's. The block
+# GEMM now calls the ATen operator `aten._scaled_mm_v2` itself, which Dynamo puts in the
+# graph (a test traces it on meta tensors). That change has not run on a GPU, and the
+# decoder and per-use checks did not run in this session, so `compile_as="auto"` still
+# takes the custom ops on CUDA for both recipes. The same H100 then timed the model step
+# and counted the host's work per step; each `fp8_*` variant is named with the step its
+# Linears compiled to:
+
+# %%
+h100_step = results.load(f"{RESULTS}/model_step_recipes_cuda_h100.json", "model_step")
+print(*wrap_lines("model_step file: " + perf.machine_line(h100_step)), sep="\n")
+display(model_step.model_step_table(h100_step, "8b_2048"))
+print(*wrap_lines("\n".join(model_step.model_step_claims(h100_step, "8b_2048"))), sep="\n")
+h100_host = results.load(f"{RESULTS}/host_cost_cuda.json", "host_cost")
+display(model_step.host_cost_table(h100_host))
+print(*wrap_lines("\n".join(model_step.host_cost_claims(h100_host))), sep="\n")
+
+# %% [markdown]
+# On this H100 the custom-op recipes run at 0.93x (current scaling) and 0.82x (block
+# scaling) of bf16's step, while torchao runs faster than bf16. Their host time per step is
+# as long as the whole step: the GPU waits for the host, and the ops' Python is the step's
+# speed. The host count says where that comes from. One compiled Linear step with the
+# custom ops makes about three times torchao's Python calls (block scaling four times),
+# and its host wall time is about three times torchao's. That is the work the inline step
+# removes where it is verified; on the CPU below it does. The H200 run above was slower
+# for the same code (0.50x) because its host was: bf16's host time a step was 11.5 ms there
+# and 4.8 ms here, and a host-bound step runs at its host's speed.
 
 # %% [markdown]
 # ### What the host does per step, counted on the CPU
 #
-# Until then, the host's share can be counted without a GPU. `benchmarks/host_cost.py`
+# On the CPU, where the inline step is verified, the host's share can be counted too. `benchmarks/host_cost.py`
 # compiles one Linear's training step (default mode, `fullgraph=True`) at a size whose
 # arithmetic takes microseconds and counts what the host does per step: the Python function
 # calls (cProfile) and the ATen operators dispatched (torch.profiler). These are counts, not
@@ -558,9 +612,11 @@ print(*wrap_lines("\n".join(training.loss_claim(study) for study in losses.value
 # - **The whole model in the default mode** (section 5): the custom-op Linear is
 #   host-bound at 2048 tokens. The inline step that removes most of that host time lost its
 #   gradients under torch 2.11's Dynamo; the fix, and the FP8 block-scaling inline step, are
-#   checked on torch 2.11's CPU build, not yet on the GPU (the one GPU check stopped at the
-#   FP8 GEMM's multiple-of-16 limit, now handled), and the model step has not been measured
-#   with them; TransformerEngine was not re-run after the fast-path change. The 8B-width
+#   checked on torch 2.11's CPU build. On a GPU only one part has run: the FP8
+#   current-scaling inline Linear on an H100, equal to the custom ops byte for byte. The
+#   block step's GEMM change, the decoder and per-use checks on a GPU, and the model step
+#   with the inline step are still to run; TransformerEngine was not re-run after the
+#   fast-path change. The 8B-width
 #   8192-token and 1B-width cases and the CUDA-graph mode of this model were not run.
 # - **Training-step targets.** Section 4 lists the ones this run missed. All are at the
 #   small size except the FP8 forward. In the default mode the small step is bound by the

@@ -280,7 +280,7 @@ def test_the_block_step_on_cuda_names_what_it_cannot_take() -> None:
 def test_dynamo_captures_the_block_gemm_as_the_aten_op() -> None:
     """The block step's GEMM is ``aten._scaled_mm_v2`` itself: torch 2.11's Dynamo refuses to
     trace ``torch._scaled_mm_v2``, the binding ``F.scaled_mm`` calls, which broke the CUDA
-    inline step there (benchmarks/results/gpu_check_inline_cuda.json). Traced on meta tensors."""
+    inline step there (benchmarks/results/gpu_check_inline_cuda_h100.json). Traced on meta tensors."""
     from tetrt_support.quant.kernels.gemm import blockwise_fp8_mm
 
     targets = []
@@ -314,3 +314,16 @@ def test_the_current_scaling_step_on_cuda_needs_multiples_of_16() -> None:
         assert inline_linear.unfit(plan, x[:992], w, torch.empty(256, device="cuda")) is None
         assert inline_linear.unfit(plan, x[:992, :376], w[:, :376], None).endswith("in_features=376")
         assert inline_linear.unfit(plan, x.cpu(), w.cpu(), None) is None  # the CPU's _scaled_mm takes any shape
+
+
+def test_compiled_step_names_what_auto_takes_per_device_and_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Linear.compiled_step`` answers with the rule ``forward`` follows under torch.compile:
+    inline where the family is verified and the shape fits, else the custom ops."""
+    from tetrt_support.quant import inline_linear
+    from tetrt_support.quant.linear import Linear
+
+    auto = Linear(64, 32, bias=False, recipe="fp8_current")
+    assert auto.compiled_step(torch.empty(16, 64)) == "inline"
+    assert Linear(64, 32, recipe="fp8_current", compile_as="custom_ops").compiled_step(torch.empty(16, 64)) == "custom_ops"
+    monkeypatch.setitem(inline_linear.VERIFIED_DEVICE_TYPES, "fp8_current", ())
+    assert auto.compiled_step(torch.empty(16, 64)) == "custom_ops"  # unverified here: auto keeps the ops

@@ -100,6 +100,9 @@ def test_cpu_smoke_run_through_perf_writes_every_field(tmp_path: pathlib.Path) -
         assert len(v["losses"]) == 5 and v["loss_finite"] and v["loss_decreased"], (name, v["losses"])
         assert abs(v["loss_rel_diff_vs_bf16"]) < 0.05
     assert variants["bf16"]["speedup_vs_bf16"] == 1.0
+    # what compile_as="auto" took is recorded: the inline step is verified on the CPU
+    assert variants["fp8_current"]["compiled_step"] == "inline"
+    assert "compiled_step" not in variants["bf16"] and "compiled_step" not in variants["bf16_eager"]
     assert variants["bf16_eager"]["losses"] == variants["bf16"]["losses"]  # aot_eager computes what eager does
     lines = model_step.summary(result)
     assert lines["default.tiny.fp8_current"].count(" ms") >= 1 and "vs bf16" in lines["default.tiny.fp8_current"]

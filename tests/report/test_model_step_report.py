@@ -24,6 +24,13 @@ def test_claims_are_ratios_within_the_case() -> None:
                     "peak memory 1.125x bf16's; loss +2.00% (OUTSIDE 1% of bf16's)")
 
 
+def test_a_claim_names_the_step_the_file_records() -> None:
+    result = _result()
+    result["suites"]["model_step"]["cases"]["c"]["variants"]["fp8_current"]["compiled_step"] = "custom_ops"
+    (line,) = model_step.model_step_claims(result, "c")
+    assert line.startswith("fp8_current (custom_ops): 0.500x bf16;")
+
+
 def test_table_lists_every_variant_and_marks_a_failed_one() -> None:
     table = model_step.model_step_table(_result(), "c")
     assert [row[0] for row in table.rows] == ["bf16", "torchao_float8_tensorwise", "fp8_current", "fp8_block"]
@@ -116,3 +123,19 @@ def test_host_cost_claims_come_from_the_stored_file() -> None:
     rows = stored["host_cost"]["variants"]
     for recipe in ("fp8_current", "fp8_block"):  # the property the claims state
         assert rows[recipe]["python_calls_per_step"] < rows[f"{recipe}+custom_ops"]["python_calls_per_step"]
+
+
+def test_host_cost_claims_say_which_step_auto_took() -> None:
+    def row(calls: float, step: str | None) -> dict:
+        return {"python_calls_per_step": calls, "aten_ops_per_step": 1.0, "wall_us_per_step": calls,
+                **({"compiled_step": step} if step else {})}
+
+    result = {"machine": {"device": "cuda"},
+              "host_cost": {"size": {"tokens": 128, "in_features": 128, "out_features": 128}, "torch": "2.11",
+                            "variants": {"fp8_current": row(1561, "custom_ops"), "fp8_current+custom_ops": row(1561, "custom_ops"),
+                                         "fp8_block": row(1991, None), "fp8_block+custom_ops": row(1991, None)}}}
+    table = model_step.host_cost_table(result)
+    assert table.title.endswith("CUDA") and table.headers[-1] == "step"
+    current, block = model_step.host_cost_claims(result)
+    assert "took the custom_ops here" in current and "inline step makes" not in current
+    assert "does not record which step" in block and "inline step makes" not in block

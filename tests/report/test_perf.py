@@ -125,6 +125,9 @@ def test_gpu_check_claims_count_the_unequal_cases_by_family_and_dtype() -> None:
         "  not equal: current, float32: 2 cases"]
     stored = perf.gpu_check_claims(results.load(RESULTS_DIR / "gpu_check_cuda.json", "gpu_check"))
     assert all("float32" in line for line in stored[1:])  # every unequal case of the stored run is an fp32 input
+    # a run without the quantizers part claims no "0 of 0"
+    assert perf.gpu_check_claims({"bit_identity": []}) == [
+        "scripts/gpu_check.py: no quantizer case in this file (its run left the quantizers part out)"]
 
 
 def test_gpu_check_kernel_table_lists_every_timed_kernel_with_its_unit() -> None:

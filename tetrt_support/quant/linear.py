@@ -218,6 +218,33 @@ class Linear(torch.nn.Module):
         )
         return out.reshape(*x.shape[:-1], weight.shape[0])
 
+    def compiled_step(self, x: torch.Tensor) -> str:
+        """Which step a ``torch.compile``d call of this layer on ``x`` runs (``is_first_microbatch``
+        left None): ``"inline"`` or ``"custom_ops"``; raises as that call would."""
+        x2d = x.reshape(-1, x.shape[-1])
+        return "custom_ops" if self._inline_plan(x2d, self.weight, self.bias, compiling=True) is None else "inline"
+
+    def _inline_plan(self, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     *, compiling: bool) -> inline_linear.Plan | None:
+        """The inline step's plan when a call on ``x2d`` takes it (``compiling``: under
+        torch.compile), None when it takes the custom ops."""
+        if self._inline is None or not (self.compile_as == "inline" or (self.compile_as == "auto" and compiling)):
+            return None
+        # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
+        # quantizer changed in place recompiles (a plan built at assignment would go stale).
+        plan = inline_linear.plan_for((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
+                                      self._inline, self.fast_accum)
+        unfit = inline_linear.unfit(plan, x2d, weight, bias)
+        if unfit is not None and self.compile_as == "inline":
+            raise ValueError(f"Linear(compile_as='inline'): {unfit}; compile_as='auto' takes the custom ops here")
+        verified = inline_linear.verified_on(x2d.device, self._inline)
+        if unfit is not None or not (verified or self.compile_as == "inline"):
+            return None
+        if not verified and not compiling:
+            # eager calls only: a warning inside the trace would break the graph at every Linear
+            inline_linear.warn_unverified(x2d.device, self._inline)
+        return plan
+
     def _step(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, amax_group: str | None,
               *, is_first_microbatch: bool | None = None) -> torch.Tensor:
         """The quantized step on plain tensors (a DTensor layer's local shards), the input's
@@ -226,22 +253,10 @@ class Linear(torch.nn.Module):
         grad_enabled = torch.is_grad_enabled()
         input_columnwise = grad_enabled and weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
-        if self._inline is not None and is_first_microbatch is None and (
-            self.compile_as == "inline" or (self.compile_as == "auto" and torch.compiler.is_compiling())
-        ):
-            # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
-            # quantizer changed in place recompiles (a plan built at assignment would go stale).
-            plan = inline_linear.plan_for((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
-                                          self._inline, self.fast_accum)
+        if is_first_microbatch is None:
             x2d = x.reshape(-1, x.shape[-1])
-            unfit = inline_linear.unfit(plan, x2d, weight, bias)
-            if unfit is not None and self.compile_as == "inline":
-                raise ValueError(f"Linear(compile_as='inline'): {unfit}; compile_as='auto' takes the custom ops here")
-            verified = inline_linear.verified_on(x.device, self._inline)
-            if unfit is None and (verified or self.compile_as == "inline"):
-                if not verified and not torch.compiler.is_compiling():
-                    # eager calls only: a warning inside the trace would break the graph at every Linear
-                    inline_linear.warn_unverified(x.device, self._inline)
+            plan = self._inline_plan(x2d, weight, bias, compiling=torch.compiler.is_compiling())
+            if plan is not None:
                 out = inline_linear.linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
                                            weight_columnwise=weight_columnwise, group_name=amax_group)
                 return out.reshape(*x.shape[:-1], out_features)

@@ -56,7 +56,8 @@ def model_step_table(result: Mapping[str, Any], case: str, suite: str = "model_s
 def model_step_claims(result: Mapping[str, Any], case: str, suite: str = "model_step") -> list[str]:
     """One line per claim the notebook makes of a case, each from the file: which variants
     are faster than bf16 and than torchao, whose host time exceeds torchao's, whose peak
-    memory exceeds bf16's, and whose loss after the run is more than 1 % from bf16's."""
+    memory exceeds bf16's, and whose loss after the run is more than 1 % from bf16's; a
+    quantized variant is named with the step its Linears compiled to where the file says."""
     variants = _cases(result, suite)[case]["variants"]
     timed = {n: v for n, v in variants.items() if "median_ms" in v}
     peer = timed.get(PEER, {})
@@ -65,7 +66,9 @@ def model_step_claims(result: Mapping[str, Any], case: str, suite: str = "model_
     for name, v in timed.items():
         if name in ("bf16", PEER):
             continue
-        parts = [f"{name}: {v['speedup_vs_bf16']:.3f}x bf16"]
+        step = v.get("compiled_step")
+        parts = [f"{name}" + (f" ({step})" if step and not name.endswith(f"+{step}") else "")
+                 + f": {v['speedup_vs_bf16']:.3f}x bf16"]
         if "speedup_vs_bf16" in peer:
             parts.append(f"{v['speedup_vs_bf16'] / peer['speedup_vs_bf16']:.3f}x torchao's speed")
         if v.get("host_ms_per_step") is not None and peer.get("host_ms_per_step"):
@@ -180,32 +183,48 @@ def plot_model_step(axes: Any, result: Mapping[str, Any], suite: str = "model_st
 
 def host_cost_table(result: Mapping[str, Any]) -> Table:
     """``benchmarks/host_cost.py``'s file: per variant, the Python calls and ATen operators of
-    one compiled Linear training step and its median wall time (CPU)."""
+    one compiled Linear training step, its median wall time on the file's device, and which
+    step a quantized Linear compiled to where the file records it."""
     section = result["host_cost"]
     size = section["size"]
+    variants = section["variants"]
+    steps = any("compiled_step" in v for v in variants.values())
     rows = [[name, f"{v['python_calls_per_step']:.0f}", f"{v['aten_ops_per_step']:.0f}",
-             f"{v['wall_us_per_step']:.0f}"] for name, v in section["variants"].items()]
-    rows += [[name, "skipped", "", ""] for name in section.get("skipped", {})]
+             f"{v['wall_us_per_step']:.0f}", *([v.get("compiled_step", "-")] if steps else [])]
+            for name, v in variants.items()]
+    rows += [[name, "skipped", "", "", *([""] if steps else [])] for name in section.get("skipped", {})]
+    device = str(result.get("machine", {}).get("device", "cpu")).upper()
     title = (f"one Linear step, {size['tokens']}x{size['in_features']}->{size['out_features']}, "
-             f"torch {section['torch']}, CPU")
-    return Table(rows, ["variant", "Python calls", "ATen ops", "wall us"], title=title)
+             f"torch {section['torch']}, {device}")
+    return Table(rows, ["variant", "Python calls", "ATen ops", "wall us", *(["step"] if steps else [])], title=title)
 
 
 def host_cost_claims(result: Mapping[str, Any]) -> list[str]:
-    """Each recipe's inline step against its custom ops and against torchao, from the file."""
+    """Each recipe's default (``compile_as="auto"``) step against its custom ops and against
+    torchao, from the file; where the default took the custom ops, that is what is said."""
     rows = result["host_cost"]["variants"]
     peer = rows.get(PEER)
     lines = []
     for recipe in ("fp8_current", "fp8_block"):
-        inline, ops = rows.get(recipe), rows.get(f"{recipe}+custom_ops")
-        if inline is None or ops is None:
+        auto, ops = rows.get(recipe), rows.get(f"{recipe}+custom_ops")
+        if auto is None or ops is None:
             continue
-        line = (f"{recipe}: the inline step makes {inline['python_calls_per_step']:.0f} Python calls a "
-                f"step where its custom ops make {ops['python_calls_per_step']:.0f} "
-                f"({ops['python_calls_per_step'] / inline['python_calls_per_step']:.1f}x), "
-                f"and runs {ops['wall_us_per_step'] / inline['wall_us_per_step']:.1f}x faster")
+        taken = auto.get("compiled_step")
+        if taken is None:
+            line = (f"{recipe}: {auto['python_calls_per_step']:.0f} Python calls a step, its custom ops "
+                    f"{ops['python_calls_per_step']:.0f} (this file does not record which step "
+                    "compile_as='auto' took)")
+        elif taken != "inline":
+            line = (f"{recipe}: compile_as='auto' took the {taken} here (the inline step is not verified "
+                    f"on this device or does not fit the shape): {auto['python_calls_per_step']:.0f} Python "
+                    "calls a step")
+        else:
+            line = (f"{recipe}: the inline step makes {auto['python_calls_per_step']:.0f} Python calls a "
+                    f"step where its custom ops make {ops['python_calls_per_step']:.0f} "
+                    f"({ops['python_calls_per_step'] / auto['python_calls_per_step']:.1f}x), "
+                    f"and runs {ops['wall_us_per_step'] / auto['wall_us_per_step']:.1f}x faster")
         if peer is not None:
             line += (f"; torchao makes {peer['python_calls_per_step']:.0f} "
-                     f"({inline['python_calls_per_step'] - peer['python_calls_per_step']:+.0f})")
+                     f"({auto['python_calls_per_step'] - peer['python_calls_per_step']:+.0f})")
         lines.append(line)
     return lines

@@ -59,7 +59,7 @@ def blockwise_fp8_mm(
     else:
         scale_b = outer_major_scales(b_scale_inv)
     # The op itself, not ``F.scaled_mm``: torch 2.11's Dynamo refuses to trace the Python
-    # binding ``torch._scaled_mm_v2`` that it calls (benchmarks/results/gpu_check_inline_cuda.json)
+    # binding ``torch._scaled_mm_v2`` that it calls (benchmarks/results/gpu_check_inline_cuda_h100.json)
     return torch.ops.aten._scaled_mm_v2.default(
         a, b.t(), [outer_major_scales(a_scale_inv)], [_RECIPE_1X128], [],
         [scale_b], [_RECIPE_128X128 if b_two_d else _RECIPE_1X128], [], None, out_dtype,
