@@ -254,8 +254,9 @@ def test_the_inline_step_is_verified_per_family_and_device() -> None:
 
     assert inline_linear.verified_on("cpu", "fp8_block") and not inline_linear.verified_on("mps", "fp8_current")
     assert not inline_linear.verified_on("cpu", "mxfp8")
-    assert not inline_linear.verified_on("cuda", "fp8_current")  # until scripts/gpu_check.py passes on a GPU
-    with pytest.warns(RuntimeWarning, match="fp8_current inline step is verified only on cpu"):
+    # CUDA since scripts/gpu_check.py passed on an H100 (benchmarks/results/gpu_check_inline_cuda_h100.json)
+    assert inline_linear.verified_on("cuda", "fp8_current") and inline_linear.verified_on("cuda", "fp8_block")
+    with pytest.warns(RuntimeWarning, match="fp8_current inline step is verified only on cpu, cuda"):
         inline_linear.warn_unverified("mps")
 
 

@@ -69,7 +69,8 @@ def test_figures_from_the_stored_results_fill_their_abstracts() -> None:
     fake = results.load(results.RESULTS_DIR / "fake_impls.json", "fake_impls")
     sweep = results.load(results.RESULTS_DIR / "hf_sweep.json", "hf_sweep")
     perf = abstract.figures_05(*(results.load(results.RESULTS_DIR / f"{name}_cuda.json", name)
-                                 for name in ("perf", "train_step", "model_step")))
+                                 for name in ("perf", "train_step", "model_step")),
+                               results.load(results.RESULTS_DIR / "model_step_recipes_cuda_h100.json", "model_step"))
     for number, figures in (("04", abstract.figures_04(fake)), ("05", perf),
                             ("06", abstract.figures_06(sweep))):
         text = abstract.show(number, **figures)._repr_markdown_()

@@ -29,10 +29,10 @@ from tetrt_support.quant import numerics
 from tetrt_support.quant.base import functional_all_reduce_max
 
 #: per recipe family, the device types where the inline step's whole-model gradients are
-#: checked against the custom ops (``scripts/gpu_check.py --only inline,inline_decoder``; on
-#: CPU under torch 2.14 and 2.11: ``benchmarks/results/gpu_check_inline_torch211_cpu.json``).
-#: CUDA joins once that check passes on a GPU (not yet run there).
-VERIFIED_DEVICE_TYPES: dict[str, tuple[str, ...]] = {"fp8_current": ("cpu",), "fp8_block": ("cpu",)}
+#: checked against the custom ops (``scripts/gpu_check.py --only inline,inline_decoder,inline_cases``;
+#: CPU under torch 2.14 and 2.11: ``benchmarks/results/gpu_check_inline_torch211_cpu.json``;
+#: CUDA on an H100 under torch 2.11: ``benchmarks/results/gpu_check_inline_cuda_h100.json``).
+VERIFIED_DEVICE_TYPES: dict[str, tuple[str, ...]] = {"fp8_current": ("cpu", "cuda"), "fp8_block": ("cpu", "cuda")}
 
 
 def verified_on(device: torch.device | str, family: str = "fp8_current") -> bool:

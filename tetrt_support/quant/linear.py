@@ -221,15 +221,16 @@ class Linear(torch.nn.Module):
     def compiled_step(self, x: torch.Tensor) -> str:
         """Which step a ``torch.compile``d call of this layer on ``x`` runs (``is_first_microbatch``
         left None): ``"inline"`` or ``"custom_ops"``; raises as that call would."""
-        x2d = x.reshape(-1, x.shape[-1])
-        return "custom_ops" if self._inline_plan(x2d, self.weight, self.bias, compiling=True) is None else "inline"
+        return "custom_ops" if self._inline_call(x, self.weight, self.bias, compiling=True) is None else "inline"
 
-    def _inline_plan(self, x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                     *, compiling: bool) -> inline_linear.Plan | None:
-        """The inline step's plan when a call on ``x2d`` takes it (``compiling``: under
-        torch.compile), None when it takes the custom ops."""
+    def _inline_call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     *, compiling: bool) -> tuple[torch.Tensor, inline_linear.Plan] | None:
+        """``x`` as 2-D rows and the inline step's plan when a call on ``x`` takes it
+        (``compiling``: under torch.compile), None when it takes the custom ops (then nothing
+        is traced here: the custom ops' graph stays as it was)."""
         if self._inline is None or not (self.compile_as == "inline" or (self.compile_as == "auto" and compiling)):
             return None
+        x2d = x.reshape(-1, x.shape[-1])
         # Read the quantizers here, inside the trace: Dynamo guards on their values, so a
         # quantizer changed in place recompiles (a plan built at assignment would go stale).
         plan = inline_linear.plan_for((self.input_quantizer, self.weight_quantizer, self.grad_quantizer),
@@ -243,7 +244,7 @@ class Linear(torch.nn.Module):
         if not verified and not compiling:
             # eager calls only: a warning inside the trace would break the graph at every Linear
             inline_linear.warn_unverified(x2d.device, self._inline)
-        return plan
+        return x2d, plan
 
     def _step(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, amax_group: str | None,
               *, is_first_microbatch: bool | None = None) -> torch.Tensor:
@@ -253,13 +254,13 @@ class Linear(torch.nn.Module):
         grad_enabled = torch.is_grad_enabled()
         input_columnwise = grad_enabled and weight.requires_grad  # TE: backward_needs_input
         weight_columnwise = grad_enabled and x.requires_grad
-        if is_first_microbatch is None:
-            x2d = x.reshape(-1, x.shape[-1])
-            plan = self._inline_plan(x2d, weight, bias, compiling=torch.compiler.is_compiling())
-            if plan is not None:
-                out = inline_linear.linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
-                                           weight_columnwise=weight_columnwise, group_name=amax_group)
-                return out.reshape(*x.shape[:-1], out_features)
+        inline = None if is_first_microbatch is not None else self._inline_call(
+            x, weight, bias, compiling=torch.compiler.is_compiling())
+        if inline is not None:
+            x2d, plan = inline
+            out = inline_linear.linear(x2d, weight, bias, plan, input_columnwise=input_columnwise,
+                                       weight_columnwise=weight_columnwise, group_name=amax_group)
+            return out.reshape(*x.shape[:-1], out_features)
         cache: list[torch.Tensor] = []
         if is_first_microbatch is False:
             if self._weight_cache is None or (weight_columnwise and not self._weight_cache_columnwise):
