@@ -530,9 +530,8 @@ for recipe in ("fp8_current", "fp8_block"):
 # parameter of the decoder gets a zero gradient. `aot_eager` gives eager's gradients
 # exactly; inductor and the math attention kernel round the bf16 parts of the model
 # differently and move a gradient norm by at most 0.6% (the custom ops under inductor: 0.4%).
-# So CUDA joined
-# `inline_linear.VERIFIED_DEVICE_TYPES` for both recipes, and `compile_as="auto"` now takes
-# the inline step there. The same session then timed the whole model and counted the host's
+# So CUDA joined `inline_linear.VERIFIED_DEVICE_TYPES` for both recipes, and
+# `compile_as="auto"` now takes the inline step there. The same session then timed the whole model and counted the host's
 # work per step. Each `fp8_*` variant is named with the step its Linears compiled to:
 
 # %%
@@ -548,14 +547,14 @@ print(*wrap_lines("\n".join(model_step.host_cost_claims(h100_host))), sep="\n")
 # **Reading.** Under a plain `torch.compile(model)`, the inline fp8_current step runs the
 # 8B-width decoder at 1.077x bf16, level with torchao's 1.073x, with torchao's host time
 # and bf16's peak memory. Its loss after 20 steps is within 0.4% of bf16's. The same
-# recipe through its custom ops runs at 0.824x: its host time a step (31.6 ms) is longer
-# than the whole step takes the GPU, so the GPU waits on the ops' Python. The one-Linear
-# count shows the same. The inline step makes 507 Python calls a step, torchao 501, the
-# custom ops 1561. Block scaling gains as much, from 0.776x to 0.930x, but stays below
-# bf16 with 1.67x torchao's host time a step; where that host time goes was not measured.
-# The H200 run above was slower for
-# the same custom ops (0.547x) because its host was: bf16's host time a step was 11.5 ms
-# there and 6.9 ms here, and a host-bound step runs at its host's speed.
+# recipe through its custom ops runs at 0.824x: its host time a step (31.6 ms) is nearly
+# its whole step (33.12 ms) and longer than bf16's whole step, so the ops' Python sets the
+# pace. The one-Linear count shows the same. The inline step makes 507 Python calls a step,
+# torchao 501, the custom ops 1561. Block scaling gains too, from 0.776x to 0.930x, but
+# stays below bf16 with 1.67x torchao's host time a step; where that host time goes was
+# not measured. The H200 run above had the same custom ops at 0.547x on a slower host:
+# bf16's host time a step was 11.5 ms there and 6.9 ms here, and a host-bound step follows
+# its host.
 
 # %% [markdown]
 # ### What the host does per step, counted on the CPU

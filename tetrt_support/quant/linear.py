@@ -226,8 +226,9 @@ class Linear(torch.nn.Module):
     def _inline_call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                      *, compiling: bool) -> tuple[torch.Tensor, inline_linear.Plan] | None:
         """``x`` as 2-D rows and the inline step's plan when a call on ``x`` takes it
-        (``compiling``: under torch.compile), None when it takes the custom ops (then nothing
-        is traced here: the custom ops' graph stays as it was)."""
+        (``compiling``: under torch.compile), None when it takes the custom ops. A layer with
+        no inline step, or one that may not take it here, reshapes nothing (its graph keeps
+        no unused node)."""
         if self._inline is None or not (self.compile_as == "inline" or (self.compile_as == "auto" and compiling)):
             return None
         x2d = x.reshape(-1, x.shape[-1])
