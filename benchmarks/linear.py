@@ -1,4 +1,6 @@
-"""Quantized Linear throughput: each recipe against bf16, and FP8 against raw ``torch._scaled_mm``.
+"""Quantized Linear throughput: each recipe against bf16, and FP8 against raw ``torch._scaled_mm``
+and the collection's per-tensor FP8 GEMM (``numerics.tensorwise_fp8_mm``: ``_scaled_mm`` on a
+GPU, the same definition on the fp32 GEMM on the CPU).
 
 Run by ``python -m benchmarks.perf --suites linear``. Every figure is a median over samples
 of back-to-back calls (:func:`tetrt_support.report.timing.time_calls`); TFLOP/s count
@@ -16,6 +18,7 @@ from tqdm import tqdm
 
 from benchmarks.record import error_record
 from benchmarks.steps import fp8_tensorwise
+from tetrt_support.quant.numerics import tensorwise_fp8_mm
 from tetrt_support.report.timing import time_calls
 
 
@@ -48,10 +51,14 @@ def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[
     def scaled_mm() -> Any:
         return torch._scaled_mm(x_data, w_col, scale_a=x_scale, scale_b=w_scale, out_dtype=dtype)
 
+    def tensorwise_mm() -> Any:
+        return tensorwise_fp8_mm(x_data, w_col, x_scale, w_scale, dtype)
+
     cases: dict[str, tuple[Callable[[], Any], int]] = {
         "bf16_forward": (bf16_fwd, 1),
         "bf16_forward_backward": (bf16_fwd_bwd, 3),
         "fp8_scaled_mm_raw": (scaled_mm, 1),
+        "fp8_tensorwise_mm": (tensorwise_mm, 1),
     }
     for recipe in recipes:
         layer = Linear(k, n, bias=False, recipe=recipe, device=device, dtype=dtype)
@@ -85,7 +92,7 @@ def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[
             protocol = timing.protocol() | {"order": "one case after another", "warmup": 3}
             seconds = timing.median_s
             entry: dict[str, Any] = {"median_s": seconds, "TFLOPs": _tflops(gemms, m, n, k, seconds), "gemms": gemms}
-            if name.endswith("forward") or name.endswith("cached_weight") or name == "fp8_scaled_mm_raw":
+            if name.endswith(("forward", "cached_weight")) or name in ("fp8_scaled_mm_raw", "fp8_tensorwise_mm"):
                 with torch.no_grad():
                     out = fn().float()
                 entry["relative_error_vs_bf16"] = float((out - reference).norm() / reference.norm())
@@ -102,6 +109,7 @@ def bench_linear(device: str, m: int, n: int, k: int, iters: int, recipes: list[
         "fp8_current_forward_over_scaled_mm": ratio("fp8_current_forward", "fp8_scaled_mm_raw"),
         "fp8_current_forward_cached_weight_over_scaled_mm": ratio("fp8_current_forward_cached_weight", "fp8_scaled_mm_raw"),
         "fp8_scaled_mm_over_bf16": ratio("fp8_scaled_mm_raw", "bf16_forward"),
+        "fp8_tensorwise_mm_over_scaled_mm": ratio("fp8_tensorwise_mm", "fp8_scaled_mm_raw"),
     }
     for recipe in recipes:
         ratios[f"{recipe}_forward_over_bf16"] = ratio(f"{recipe}_forward", "bf16_forward")

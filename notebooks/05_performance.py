@@ -578,10 +578,13 @@ print(*wrap_lines("\n".join(model_step.host_cost_claims(host_run))), sep="\n")
 # The inline step leaves a step with about as much Python work as torchao's, a few
 # dozen calls more than bf16's compiled step. The custom ops make several times that, because
 # each of the two ops quantizes through Python. The ATen count says where the GEMM runs.
-# For bf16 and the fp8_block inline step, inductor lowers it into its own kernels. For
-# torchao and the fp8_current inline step, the CPU's `_scaled_mm` dispatches a hundred-odd
-# operators of its own. On the H100 above, the fewer Python calls became less host
-# time per step and a faster whole model.
+# For bf16 and both inline steps, inductor lowers it into its own kernels and an fp32 GEMM
+# (on the CPU the FP8 GEMM is `numerics.tensorwise_fp8_mm`, the FP8 GEMM's definition on
+# torch's fp32 GEMM). torchao calls torch's `_scaled_mm`, which dispatches about a hundred
+# operators of its own on the CPU and, on a CPU without an FP8 kernel in oneDNN (this
+# file's machine), runs oneDNN's reference matmul: hence its wall time here, which says
+# nothing about torchao on a GPU. On the H100 above, the fewer Python calls became less
+# host time per step and a faster whole model.
 
 # %% [markdown]
 # ## 6. Do the recipes train as well as bf16?

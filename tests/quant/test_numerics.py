@@ -140,3 +140,45 @@ def test_block_amax_matches_numpy_loops(shape: tuple[int, int], block: tuple[int
     np.testing.assert_array_equal(ours.numpy(), expected.astype(np.float32))
     full = numerics.expand_block_scales(ours, br, bc, shape)
     assert full.shape == shape and torch.all(full >= x.abs())
+
+
+def _fp8_integers(shape: tuple[int, int], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """FP8 matrices of small integers: every product and every fp32 partial sum is exact, so
+    any summation order gives the one exact sum."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-12, 13, shape, generator=g).float().to(dtype)
+
+
+@given(m=st.integers(1, 24), k=st.integers(1, 40), n=st.integers(1, 24),
+       rhs_dtype=st.sampled_from([torch.float8_e4m3fn, torch.float8_e5m2]),
+       out_dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       scale_a=st.floats(2.0**-14, 2.0**10, width=32), scale_b=st.floats(2.0**-14, 2.0**10, width=32),
+       seed=st.integers(0, 99))
+def test_tensorwise_fp8_mm_is_the_exact_sum_times_both_scales_rounded_once(
+        m: int, k: int, n: int, rhs_dtype: torch.dtype, out_dtype: torch.dtype, scale_a: float, scale_b: float,
+        seed: int) -> None:
+    lhs = _fp8_integers((m, k), torch.float8_e4m3fn, seed)
+    rhs = _fp8_integers((n, k), rhs_dtype, seed + 1).t()  # column-major, as the GEMMs pass it
+    sa, sb = torch.tensor(scale_a), torch.tensor(scale_b)
+    out = numerics.tensorwise_fp8_mm(lhs, rhs, sa, sb, out_dtype)
+    exact = lhs.double().numpy() @ rhs.double().numpy()  # integers: exact in float64 and in fp32
+    scales = np.float32(scale_a) * np.float32(scale_b)  # one fp32 product of the two scales
+    expected = (exact.astype(np.float32) * scales).astype(np.float32)
+    if out_dtype == torch.bfloat16:
+        expected = expected.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert out.dtype == out_dtype and out.shape == (m, n)
+    np.testing.assert_array_equal(out.float().numpy(), expected)
+
+
+def test_tensorwise_fp8_mm_gives_scaled_mm_bytes_where_both_are_exact() -> None:
+    """torch's own op, on inputs and power-of-two scales whose result is exact in fp32: the
+    definition is the op's (where rounding enters, oneDNN's reference kernel scales each
+    product before summing, so the two differ in the last bits)."""
+    lhs = _fp8_integers((16, 32), torch.float8_e4m3fn, 0)
+    rhs = _fp8_integers((24, 32), torch.float8_e4m3fn, 1).t()
+    for sa, sb in ((0.5, 4.0), (2.0**-7, 2.0**3)):
+        for out_dtype in (torch.float32, torch.bfloat16):
+            scale_a, scale_b = torch.tensor(sa), torch.tensor(sb)
+            ours = numerics.tensorwise_fp8_mm(lhs, rhs, scale_a, scale_b, out_dtype)
+            theirs = torch._scaled_mm(lhs, rhs, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+            assert torch.equal(ours, theirs), (sa, sb, out_dtype)

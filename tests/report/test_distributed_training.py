@@ -45,6 +45,10 @@ def test_run_across_ranks_refuses_a_world_size_that_does_not_split_the_batch() -
         run_across_ranks(world_size=2, names=("fsdp3",))
 
 
+def test_share_is_exact_at_none_and_all_and_a_whole_percent_between() -> None:
+    assert [abstract.share(n, 2048) for n in (0, 773, 774, 2048)] == ["0", "≈38%", "≈38%", "all"]
+
+
 def test_figures_09_fill_the_abstract() -> None:
     lines = ["all_reduce = torch.ops._c10d_functional.all_reduce.default(amax, 'max', '0')",
              "wait_tensor = torch.ops._c10d_functional.wait_tensor.default(all_reduce)"]
@@ -60,7 +64,7 @@ def test_figures_09_fill_the_abstract() -> None:
                                      "fp8 precomputed": {"bytes": 110, "equal": True}}},
     }
     figures = abstract.figures_09(summary)
-    assert figures == {"ranks": 2, "differ": 7, "bytes": 24, "differ_grouped": 0, "graphs": 1, "breaks": 0,
+    assert figures == {"ranks": 2, "bytes": 24, "differ": "≈29%", "differ_grouped": "0", "graphs": 1, "breaks": 0,
                        "reduces": 2, "steps": 2, "fsdp": "≤ 1e-7", "tp": "≤ 1e-6",
                        "fp8_bytes": 110, "bf16_bytes": 200, "fp8_equal": "bit for bit"}
     text = abstract.show("09", **figures)._repr_markdown_()

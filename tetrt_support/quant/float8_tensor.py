@@ -311,6 +311,5 @@ def _tensorwise_mm(a: Float8Tensor, b: Float8Tensor, *, layout_a: str | None, la
     rhs_t = row_major(b, pb, not transpose_b)  # op(b)^T row-major == op(b) column-major
     if lhs.shape[1] % SCALED_MM_MULTIPLE or rhs_t.shape[0] % SCALED_MM_MULTIPLE:
         return None  # (M, K) @ (K, N) with K or N off the multiple: cuBLAS has no kernel
-    return torch._scaled_mm(lhs, rhs_t.t(), scale_a=a._scale_inv.reshape(()),
-                            scale_b=b._scale_inv.reshape(()), out_dtype=out_dtype,
-                            use_fast_accum=fast_accum)
+    return numerics.tensorwise_fp8_mm(lhs, rhs_t.t(), a._scale_inv.reshape(()), b._scale_inv.reshape(()),
+                                      out_dtype, use_fast_accum=fast_accum)

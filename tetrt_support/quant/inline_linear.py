@@ -8,7 +8,8 @@ fuses each quantization into its own kernels and calls the GEMMs from generated 
 The numerics are :mod:`~tetrt_support.quant.numerics` (the reference) and the GEMMs are
 the custom ops' own calls, so both paths give the same bytes.
 
-Covered: FP8 current scaling (``torch._scaled_mm``) and FP8 block scaling (1x128 input and
+Covered: FP8 current scaling (``torch._scaled_mm`` on CUDA, its definition on the fp32 GEMM
+on CPU) and FP8 block scaling (1x128 input and
 grad, 1x128 or 128x128 weight; cuBLASLt's blockwise GEMM on CUDA where every dim is a
 multiple of 128 and there is no bias, the fp32 reference GEMM on CPU). Others keep the
 custom ops. Saved for backward: what TransformerEngine keeps, the input's and the weight's
@@ -151,9 +152,9 @@ def _quantize(x2d: torch.Tensor, dtype: torch.dtype, pow_2: bool, epsilon: float
 
 def _gemm(lhs: torch.Tensor, lhs_scale: torch.Tensor, rhs_t: torch.Tensor, rhs_scale: torch.Tensor,
           out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
-    """``lhs @ rhs_t.T`` of row-major FP8 matrices, as the custom ops' ``_scaled_mm`` call."""
-    return torch._scaled_mm(lhs, rhs_t.t(), scale_a=lhs_scale, scale_b=rhs_scale, out_dtype=out_dtype,
-                            use_fast_accum=fast)
+    """``lhs @ rhs_t.T`` of row-major FP8 matrices, as the custom ops' GEMM
+    (:func:`numerics.tensorwise_fp8_mm`)."""
+    return numerics.tensorwise_fp8_mm(lhs, rhs_t.t(), lhs_scale, rhs_scale, out_dtype, use_fast_accum=fast)
 
 
 def _check_saved(ctx: Any, x_t: torch.Tensor | None, w_t: torch.Tensor | None) -> None:

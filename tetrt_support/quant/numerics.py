@@ -124,6 +124,33 @@ def float8_current_scaling_quantize(
     return data, torch.reciprocal(scale).reshape(1), amax_value.reshape(1)
 
 
+def tensorwise_fp8_mm(
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype,
+    use_fast_accum: bool = False,
+) -> torch.Tensor:
+    """``lhs @ rhs`` of FP8 matrices with per-tensor dequantization scales (0-d fp32), as the
+    FP8 GEMM defines it: exact products summed in fp32, the sum times ``scale_a * scale_b``,
+    rounded once to ``out_dtype``.
+
+    Off the CPU this is ``torch._scaled_mm`` (cuBLASLt; ``use_fast_accum`` is its fast
+    accumulation). On the CPU it is the same definition on torch's fp32 GEMM: an FP8 value
+    and the product of two are exact in fp32, so only the summation order is the GEMM's own.
+    torch's CPU ``_scaled_mm`` runs oneDNN's FP8 kernel where the CPU has one, and otherwise
+    oneDNN's reference matmul, which scales each product rather than the sum and was about
+    2000 times slower than this on a 2-core CPU (``benchmarks/results/perf_cpu.json``,
+    ``linear``: ``fp8_scaled_mm_raw`` against ``fp8_tensorwise_mm``).
+    """
+    if lhs.device.type != "cpu":
+        return torch._scaled_mm(lhs, rhs, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
+                                use_fast_accum=use_fast_accum)
+    product = torch.mm(lhs.to(torch.float32), rhs.to(torch.float32))
+    return (product * (scale_a.float() * scale_b.float())).to(out_dtype)
+
+
 def delayed_scaling_update(
     amax_history: torch.Tensor, scale: torch.Tensor, *, max_value: float, amax_compute_algo: str
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -124,9 +124,9 @@ def quantized_matmul(
     ``fast_accum`` is ``torch._scaled_mm``'s ``use_fast_accum`` for per-tensor FP8 operands
     (TE's ``use_split_accumulator=False``; a CPU ignores it); the block formats' GEMMs have none.
 
-    Per-tensor FP8 operands go through ``torch._scaled_mm`` (runs on CPU in torch >= 2.13;
-    it differs from the fp32 product of the dequantized operands only by accumulation order,
-    and a per-tensor scale makes the transposes exact). Block-scaled formats
+    Per-tensor FP8 operands go through :func:`numerics.tensorwise_fp8_mm` (``torch._scaled_mm``
+    on a GPU, the same definition on the fp32 GEMM on the CPU; a per-tensor scale makes the
+    transposes exact). Block-scaled formats
     (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
     NVFP4 leaves its per-tensor factors out of the operands and applies them to the
@@ -139,15 +139,14 @@ def quantized_matmul(
     if fast is not None:
         return fast
     fa, fb = _tensorwise_fp8(a), _tensorwise_fp8(b)
-    if fa is not None and fb is not None and hasattr(torch, "_scaled_mm"):
+    if fa is not None and fb is not None:
         (a_data, a_scale), (b_data, b_scale) = fa, fb
         lhs = a_data.t().contiguous() if transpose_a else a_data.contiguous()
         rhs = b_data.t() if transpose_b else b_data
         rhs = rhs if rhs.stride(0) == 1 else _column_major(rhs)  # cuBLASLt wants a column-major mat2
         # out_dtype straight from the GEMM: an fp32 result and a separate cast would be two
         # more passes over the output (at 8192^2 as much traffic as quantizing an operand).
-        return torch._scaled_mm(lhs, rhs, scale_a=a_scale, scale_b=b_scale, out_dtype=out_dtype,
-                                use_fast_accum=fast_accum)
+        return numerics.tensorwise_fp8_mm(lhs, rhs, a_scale, b_scale, out_dtype, use_fast_accum=fast_accum)
     nvfp4 = _nvfp4_matmul(a, b, transpose_a, transpose_b, layout_a, layout_b)
     if nvfp4 is not None:
         return nvfp4
