@@ -100,12 +100,22 @@ def setup(seed: int = 0, *, short_tracebacks: bool = True) -> None:
 
     for name in ("torch._dynamo", "torch._inductor", "torch.onnx", "onnxscript", "torch.export"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # torchao (the bench extra), imported by transformers where installed, registers Enums
+    # with a pytree call this torch deprecates: one logged line per Enum, in any cell.
+    pytree_log = logging.getLogger("torch.utils._pytree")
+    if _drop_enum_register_constant not in pytree_log.filters:
+        pytree_log.addFilter(_drop_enum_register_constant)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
     shell = _ipython()
     if shell is not None:
         _set_short_tracebacks(shell, short_tracebacks)
     _set_up_matplotlib(shell)
+
+
+def _drop_enum_register_constant(record: Any) -> bool:
+    """False (drop) for torch's deprecation of ``register_constant`` on an Enum subclass."""
+    return "Calling register_constant() on Enum subclasses is deprecated" not in record.getMessage()
 
 
 def _ipython() -> Any:
