@@ -182,3 +182,21 @@ def test_tensorwise_fp8_mm_gives_scaled_mm_bytes_where_both_are_exact() -> None:
             ours = numerics.tensorwise_fp8_mm(lhs, rhs, scale_a, scale_b, out_dtype)
             theirs = torch._scaled_mm(lhs, rhs, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
             assert torch.equal(ours, theirs), (sa, sb, out_dtype)
+
+
+def test_tensorwise_fp8_mm_off_the_cpu_is_torchs_scaled_mm() -> None:
+    """Traced on meta tensors (a device that is not the CPU, as CUDA is): the graph's GEMM is
+    ``aten._scaled_mm`` with the fast-accumulation flag passed on, and no fp32 GEMM."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    lhs = torch.empty(32, 64, dtype=torch.float8_e4m3fn, device="meta")
+    rhs = torch.empty(48, 64, dtype=torch.float8_e4m3fn, device="meta").t()
+    scale = torch.ones((), device="meta")
+    graph = make_fx(lambda a, b, sa, sb: numerics.tensorwise_fp8_mm(a, b, sa, sb, torch.bfloat16,
+                                                                     use_fast_accum=True))(lhs, rhs, scale, scale)
+    calls = [n for n in graph.graph.nodes if n.op == "call_function"]
+    gemms = [n for n in calls if n.target == torch.ops.aten._scaled_mm.default]
+    assert len(gemms) == 1
+    # (self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+    assert gemms[0].args[6:] == (torch.bfloat16, True)
+    assert not any(n.target == torch.ops.aten.mm.default for n in calls)
