@@ -634,8 +634,10 @@ print(*wrap_lines("\n".join(training.loss_claim(study) for study in losses.value
 #   was not tried.
 # - **The whole model in the default mode** (section 5): the custom-op Linear is
 #   host-bound at 2048 tokens; the inline step, checked and timed on an H100, takes
-#   fp8_current to torchao's speed. Not run: the inline step on the H200 (only its run
-#   before the gradient fix), TransformerEngine after the fast-path change, the 8B-width
+#   fp8_current to torchao's speed. On the H200 the inline step was checked
+#   (`gpu_check_inline_cuda_h200.json`: every Linear equal to the custom ops byte for byte,
+#   no zero gradient, every per-use case equal) but not timed in the whole model. Not run:
+#   TransformerEngine after the fast-path change, the 8B-width
 #   8192-token and 1B-width cases, the CUDA-graph mode of this model, and where
 #   fp8_block's remaining host time goes.
 # - **Training-step targets.** Section 4 lists the ones this run missed. All are at the

@@ -20,6 +20,7 @@ from tetrt_support.report import results
                                              ("host_cost_cuda.json", "host_cost"),
                                              ("model_step_recipes_cuda_h100.json", "model_step"),
                                              ("gpu_check_inline_cuda_h100.json", "gpu_check"),
+                                             ("gpu_check_inline_cuda_h200.json", "gpu_check"),
                                              ("gpu_check_inline_cuda_h100_stopped.json", "gpu_check")])
 def test_every_stored_file_is_a_complete_results_file(name: str, benchmark: str) -> None:
     result = results.load(results.RESULTS_DIR / name, benchmark)
