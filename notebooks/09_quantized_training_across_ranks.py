@@ -233,8 +233,8 @@ Table([(gather, lin[gather]["unsharded_weight"], lin[gather]["all_gathers"][0][0
 
 # %% [markdown]
 # Bit-identical everywhere (the bf16 all-gather gathers no FP8 bytes: "-"). Then 3 AdamW
-# steps of the decoder: one process's loss (to two decimals: in bf16 its fourth digit moves
-# with the CPU's matmul kernels, AVX-512 or AMX) and each run's distance from it in fp32 ulps:
+# steps of the decoder: one process's loss (to two decimals: in bf16 its fourth digit differed
+# between two of our 2-core CPU machines) and each run's distance from it in fp32 ulps:
 
 # %%
 dec = f8["decoder"]

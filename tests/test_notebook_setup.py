@@ -118,4 +118,3 @@ def test_regeneration_stores_errors_and_streams_without_colour_codes() -> None:
     for regex, replace in patterns:
         text = re.sub(regex, replace, text)
     assert text == "a step 3\n\nend"
-

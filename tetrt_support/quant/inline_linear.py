@@ -9,9 +9,9 @@ The numerics are :mod:`~tetrt_support.quant.numerics` (the reference) and the GE
 the custom ops' own calls, so both paths give the same bytes.
 
 Covered: FP8 current scaling (``torch._scaled_mm`` on CUDA, its definition on the fp32 GEMM
-on CPU) and FP8 block scaling (1x128 input and
-grad, 1x128 or 128x128 weight; cuBLASLt's blockwise GEMM on CUDA where every dim is a
-multiple of 128 and there is no bias, the fp32 reference GEMM on CPU). Others keep the
+on CPU) and FP8 block scaling (1x128 input and grad, 1x128 or 128x128 weight; cuBLASLt's
+blockwise GEMM on CUDA where every dim is a multiple of 128 and there is no bias, the fp32
+reference GEMM on CPU). Others keep the
 custom ops. Saved for backward: what TransformerEngine keeps, the input's and the weight's
 column-wise FP8 copies and their scales. ``docs/architecture.md`` records which devices
 each family is checked on (:data:`VERIFIED_DEVICE_TYPES`).

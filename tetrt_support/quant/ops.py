@@ -126,8 +126,8 @@ def quantized_matmul(
 
     Per-tensor FP8 operands go through :func:`numerics.tensorwise_fp8_mm` (``torch._scaled_mm``
     on a GPU, the same definition on the fp32 GEMM on the CPU; a per-tensor scale makes the
-    transposes exact). Block-scaled formats
-    (FP8 blockwise, MXFP8, NVFP4) are dequantized and multiplied in fp32 here:
+    transposes exact). Block-scaled formats (FP8 blockwise, MXFP8, NVFP4) are dequantized
+    and multiplied in fp32 here:
     TransformerEngine calls cuBLASLt's block-scaled GEMMs instead, which were not run here.
     NVFP4 leaves its per-tensor factors out of the operands and applies them to the
     product, as TE's alpha does (:func:`_nvfp4_matmul`).
@@ -144,8 +144,8 @@ def quantized_matmul(
         lhs = a_data.t().contiguous() if transpose_a else a_data.contiguous()
         rhs = b_data.t() if transpose_b else b_data
         rhs = rhs if rhs.stride(0) == 1 else _column_major(rhs)  # cuBLASLt wants a column-major mat2
-        # out_dtype straight from the GEMM: an fp32 result and a separate cast would be two
-        # more passes over the output (at 8192^2 as much traffic as quantizing an operand).
+        # out_dtype straight from cuBLASLt's GEMM: an fp32 result and a separate cast would be
+        # two more passes over the output (at 8192^2 as much traffic as quantizing an operand).
         return numerics.tensorwise_fp8_mm(lhs, rhs, a_scale, b_scale, out_dtype, use_fast_accum=fast_accum)
     nvfp4 = _nvfp4_matmul(a, b, transpose_a, transpose_b, layout_a, layout_b)
     if nvfp4 is not None:

@@ -223,8 +223,8 @@ def share(count: int, total: int) -> str:
     """A stable statement of ``count`` out of ``total``: exact at none and at all (``0``,
     ``all``), otherwise the whole percent (``≈38%``).
 
-    How many rounding-level results differ moves by a unit or so with the CPU's kernels
-    (AVX2, AVX-512, AMX), so a stored output states the share, not the exact count.
+    How many rounding-level results differ moved by one between ATen's AVX2 and AVX-512
+    kernels, so a stored output states the share, not the exact count.
     """
     if count == 0:
         return "0"

@@ -320,11 +320,11 @@ def _fsdp2(rank: int, world_size: int) -> dict[str, Any]:
     sees the global amaxes and every other op is row-wise or per sequence. (Computed before
     sharding: a no_grad forward through the fully_shard model before training changes the
     next steps' losses by about 1e-3 in this torch, unquantized too.) Within
-    :data:`FSDP_RTOL` (``losses_close``; seen: one or two fp32 ulps, up to 1e-6 at a loss of 5.6): the
-    losses of FSDP_STEPS steps. A weight gradient sums over tokens, which the ranks split
-    (FSDP2's reduce-scatter adds the halves; the loss scales 1/64 per rank then 1/2 are
-    powers of two, exact), so after the first update the weights differ from one process's
-    by fp32 rounding of that order."""
+    :data:`FSDP_RTOL` (``losses_close``; seen: one or two fp32 ulps, up to 1e-6 at a loss of
+    5.6): the losses of FSDP_STEPS steps. A weight gradient sums over tokens, which the
+    ranks split (FSDP2's reduce-scatter adds the halves; the loss scales 1/64 per rank then
+    1/2 are powers of two, exact), so after the first update the weights differ from one
+    process's by fp32 rounding of that order."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
