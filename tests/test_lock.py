@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements" / "lock.txt"
 PROJECT = "tetrt-support"
 EXTRAS = ("notebooks", "docs", "test")  # what the README's two commands install
-INSTALL = 'pip install -c requirements/lock.txt -e ".[test]"'
+INSTALL = 'uv pip install --compile-bytecode -c requirements/lock.txt -e ".[test]"'
 
 
 def locked_versions() -> dict[str, str]:
@@ -85,3 +85,21 @@ def test_lock_pins_every_dependency() -> None:
     assert not unpinned, (
         f"requirements/{LOCK.name} does not pin these dependencies of {PROJECT}[{','.join(EXTRAS)}]: "
         f"{', '.join(unpinned)} (add their installed versions)")
+
+
+def test_the_readme_commands_install_the_locked_uv_and_ci_runs_the_test_command_verbatim() -> None:
+    """Both set-up commands get uv from pip under the lock, then install under the lock with byte
+    code compiled (uv does not compile by default; without .pyc files every process would
+    compile torch again where PYTHONDONTWRITEBYTECODE is set); .ci/run runs the test command
+    exactly as the README prints it."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^python3 -m venv \.venv && .*$", readme, flags=re.M)
+    assert len(commands) == 2, commands
+    for command in commands:
+        assert re.search(r"pip install (-q )?-c requirements/lock\.txt uv && "
+                         r"uv pip install (-q )?--compile-bytecode -c requirements/lock\.txt -e ", command), command
+    assert "uv" in locked_versions()
+    (test_command,) = (c for c in commands if c.endswith("&& python -m pytest"))
+    assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
