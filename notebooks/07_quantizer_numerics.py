@@ -72,9 +72,8 @@ abstract.show("07", **abstract.figures_07(te_cases))
 def summary_cell(case, family_name):
     if family_name not in case.families:
         return "–"
-    worst = min(min(te_cases.compare(
-                    case, te_cases.family(family_name, te_cases.small_shape(case), dtype)).values())
-                for dtype in te_cases.DTYPES.values())
+    worst = min(min(te_cases.compare_small(case, family_name, dtype).values())
+                for dtype in te_cases.DTYPES)
     return "all" if worst == 1.0 else f"{100 * worst:.2f} %"
 
 short = {"zero rows and blocks": "zeros", "subnormal amax": "subnorm. amax",

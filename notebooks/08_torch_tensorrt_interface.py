@@ -30,15 +30,25 @@ print("torch", torch.__version__.split("+")[0])
 print(optional.availability_line())
 print("TensorRT was not run here: engine blocks run in ONNX Runtime on the CPU.")
 
+# The model of this notebook: a tiny Llama 4 (random weights, no download), called by keyword.
+llama = zoo.tiny_llama4(seed=0).eval()
+ids = zoo.llama4_example_inputs(llama, batch=2, seq=8, seed=0)
+
 
 # %% [markdown]
-# **Abstract.** The answer, its figures computed by the cell below (tiny Llama 4 compiled
-# and compared with eager), and where each part is:
+# **Abstract.** The answer, its figures computed by the cell below (a tiny Llama 4 exported,
+# compiled from the program and from the module, each compared with eager: the two compiled
+# modules that section 1 shows), and where each part is:
 
 # %%
 from tetrt_support.report import abstract
 
-abstract.show("08", **abstract.figures_08())
+with torch.no_grad():
+    eager = llama(**ids)
+program = torch.export.export(llama, (), ids, strict=False)
+from_program = tetrt_support.compile(program)
+from_module = tetrt_support.compile(llama, kwarg_inputs=ids)
+abstract.show("08", **abstract.figures_08(eager.logits, [from_program, from_module], ids))
 
 # %% [markdown]
 # ## 1. One model, three ways in
@@ -49,14 +59,7 @@ abstract.show("08", **abstract.figures_08())
 # Llama 4 (2 layers, random weights, no download) is called by keyword, `input_ids=`.
 
 # %%
-llama = zoo.tiny_llama4(seed=0).eval()
-ids = zoo.llama4_example_inputs(llama, batch=2, seq=8, seed=0)
-with torch.no_grad():
-    eager = llama(**ids)
-
-program = torch.export.export(llama, (), ids, strict=False)
-from_program = tetrt_support.compile(program)
-from_module = tetrt_support.compile(llama, kwarg_inputs=ids)
+# llama and ids: the first cell; eager, from_program and from_module: the abstract's
 torch._dynamo.reset()
 with torch.no_grad():
     via_dynamo = torch.compile(llama, backend="tetrt")(**ids)

@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         row["order"] = order
         rounds.append(row)
     result = {
+        "benchmark": "install_time",
         "machine": record.machine("cpu"),
         "protocol": "each install from a new virtual environment and an empty cache (PIP_NO_CACHE_DIR=1, "
                     "a fresh UV_CACHE_DIR), downloading every wheel; wall seconds of the command",

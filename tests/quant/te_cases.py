@@ -7,6 +7,7 @@ tests compare them with ``atol=0, rtol=0``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -209,6 +210,7 @@ CASES = (
          _nvfp4(True, False, four_over_six="MAE", e4m3_max=448, fast_math=True), FAMILIES),
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
+assert len(CASES_BY_NAME) == len(CASES), "two cases share a name"
 
 
 def compare(case: Case, x: torch.Tensor) -> dict[str, float]:
@@ -233,6 +235,19 @@ def small_shape(case: Case) -> tuple[int, ...]:
     if case.small is not None:
         return case.small
     return tuple(max(32, s // 2) for s in case.shape) if case.shape != (200, 300) else (130, 200)
+
+
+def compare_small(case: Case, family_name: str, dtype_name: str) -> dict[str, float]:
+    """:func:`compare` on the seed-0 input of ``family_name`` at :func:`small_shape`, in the
+    input dtype ``dtype_name`` (a key of :data:`DTYPES`). Notebook 07's abstract counts these
+    and its section 1 tabulates them: each is computed once per process."""
+    return dict(_small_comparison(case.name, family_name, dtype_name))
+
+
+@functools.lru_cache(maxsize=None)
+def _small_comparison(case_name: str, family_name: str, dtype_name: str) -> tuple[tuple[str, float], ...]:
+    case = CASES_BY_NAME[case_name]
+    return tuple(compare(case, family(family_name, small_shape(case), DTYPES[dtype_name])).items())
 
 
 def equality_rows(cases=CASES, dtypes=("fp32", "bf16"), seed: int = 0) -> list[dict[str, object]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tetrt_support.report.tables import OUTPUT_WIDTH
@@ -361,20 +361,15 @@ def figures_06(record: Mapping[str, Any]) -> dict[str, Any]:
             "engines": " and ".join({"onnxruntime": "ONNX Runtime"}.get(e, e) for e in engines)}
 
 
-def figures_08() -> dict[str, Any]:
+def figures_08(eager_logits: Any, compiled: Sequence[Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """``compiled``: section 1's tiny Llama 4 compiled from its exported program (first) and
+    from the module with keyword ``inputs``; ``eager_logits``: the model's own on ``inputs``."""
     import torch
 
-    import tetrt_support
-    from tetrt_support import zoo
     from tetrt_support.report.compare import max_abs_error
 
-    llama = zoo.tiny_llama4(seed=0).eval()
-    ids = zoo.llama4_example_inputs(llama, batch=2, seq=8, seed=0)
     with torch.no_grad():
-        eager = llama(**ids)
-        program = torch.export.export(llama, (), ids, strict=False)
-        compiled = [tetrt_support.compile(program), tetrt_support.compile(llama, kwarg_inputs=ids)]
-        errors = [max_abs_error(eager.logits, c(**ids).logits) for c in compiled]
+        errors = [max_abs_error(eager_logits, c(**inputs).logits) for c in compiled]
     kinds = [b.kind for b in compiled[0].blocks()]
     return {"engines": kinds.count("engine"), "fallbacks": len(kinds) - kinds.count("engine"),
             "error": bound(max(errors))}
@@ -388,8 +383,8 @@ def figures_07(te_cases: Any) -> dict[str, Any]:
         for name in te_cases.FAMILIES:
             if name not in case.families:
                 continue
-            for dtype in te_cases.DTYPES.values():
-                equal = te_cases.compare(case, te_cases.family(name, te_cases.small_shape(case), dtype))
+            for dtype in te_cases.DTYPES:
+                equal = te_cases.compare_small(case, name, dtype)
                 compared += 1
                 exact += min(equal.values()) == 1.0
     return {"compared": compared, "configurations": len(te_cases.CASES),

@@ -33,6 +33,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "model_step": ("machine", "setup", "suites"),
     "te_conformance": ("machine", "versions", "comparison_rules"),
     "host_cost": ("machine", "host_cost"),
+    "install_time": ("machine", "protocol", "commands", "rounds"),
 }
 
 _COMMANDS = {
@@ -48,6 +49,7 @@ _COMMANDS = {
     "model_step": "python -m benchmarks.perf --device cuda --suites model_step",
     "te_conformance": "python -m benchmarks.perf --device cuda --suites te_conformance   (needs TransformerEngine)",
     "host_cost": "python -m benchmarks.perf --device cpu --suites host_cost",
+    "install_time": "python scripts/install_time.py",
 }
 
 
