@@ -59,7 +59,7 @@ abstract.show("08", **abstract.figures_08(eager.logits, [from_program, from_modu
 # Llama 4 (2 layers, random weights, no download) is called by keyword, `input_ids=`.
 
 # %%
-# llama and ids: the first cell; eager, from_program and from_module: the abstract's
+# Reused: llama and ids (first cell); eager, from_program and from_module (abstract cell).
 torch._dynamo.reset()
 with torch.no_grad():
     via_dynamo = torch.compile(llama, backend="tetrt")(**ids)
