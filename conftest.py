@@ -15,6 +15,15 @@ import pathlib
 
 import pytest
 
+# A worker per core, plus notebook kernels, gloo ranks and compiler subprocesses: more busy
+# processes than cores. torch's OpenMP threads spin on a core for a while when they wait for
+# work, taking the core another worker computes on; passive threads sleep instead
+# (benchmarks/results/omp_wait_policy.json, scripts/wait_policy_time.py). The same threads
+# split the same work, so every number stays the same. OpenMP reads the variable when torch
+# loads it, before any test imports torch; processes the tests start inherit it. A value
+# you set is kept (an empty one leaves OpenMP's default).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 MAX_WORKERS = 8
 # The longest units of the run, longest first: each took 15 s or more of one worker in a
 # full run on a loaded 2-core machine (the site's browser test, last, is long only where

@@ -18,6 +18,7 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 E2M1_MAX = 6.0
 # The eight E2M1 magnitudes in code order: code = sign << 3 | index into this tuple.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+_E2M1_MIDPOINTS = tuple((a + b) / 2 for a, b in zip(E2M1_VALUES, E2M1_VALUES[1:]))
 E8M0_BIAS = 127
 E8M0_NAN = 255
 NVFP4_BLOCK = 16
@@ -307,13 +308,16 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     """
     x = x.float()
     magnitude = torch.nan_to_num(x.abs(), nan=E2M1_MAX, posinf=E2M1_MAX)
-    values = torch.tensor(E2M1_VALUES, device=x.device)
-    midpoints = (values[1:] + values[:-1]) / 2
-    lower = torch.bucketize(magnitude, midpoints, right=False)  # ties -> lower code
-    upper = torch.bucketize(magnitude, midpoints, right=True)  # ties -> upper code
+    # Codes are counts of midpoints passed (exact in fp32): strictly above, or at least at one.
+    # Seven comparisons each cost less than two torch.bucketize calls on the CPU.
+    lower = torch.zeros(magnitude.shape, dtype=torch.uint8, device=x.device)  # ties -> lower code
+    upper = torch.zeros_like(lower)  # ties -> upper code
+    for midpoint in _E2M1_MIDPOINTS:
+        lower += magnitude > midpoint
+        upper += magnitude >= midpoint
     index = torch.where(lower % 2 == 0, lower, upper)  # at a tie, keep the even one
     sign = (x < 0).to(torch.uint8)
-    return (sign << 3) | index.to(torch.uint8)
+    return (sign << 3) | index
 
 
 def e2m1_encode_stochastic(x: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:

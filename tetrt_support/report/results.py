@@ -34,6 +34,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "te_conformance": ("machine", "versions", "comparison_rules"),
     "host_cost": ("machine", "host_cost"),
     "install_time": ("machine", "protocol", "commands", "rounds"),
+    "omp_wait_policy": ("machine", "protocol", "files", "rounds"),
 }
 
 _COMMANDS = {
@@ -50,6 +51,7 @@ _COMMANDS = {
     "te_conformance": "python -m benchmarks.perf --device cuda --suites te_conformance   (needs TransformerEngine)",
     "host_cost": "python -m benchmarks.perf --device cpu --suites host_cost",
     "install_time": "python scripts/install_time.py",
+    "omp_wait_policy": "python scripts/wait_policy_time.py",
 }
 
 
