@@ -10,6 +10,7 @@ are handed out first, so that no worker is left alone with a long one at the end
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 
@@ -25,6 +26,13 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 MAX_WORKERS = 8
+# Python's full garbage collection walks every tracked object, and torch, transformers and the
+# collected tests make that slow. After collection the run freezes what exists (it lives to the
+# end) and collects in full after this many younger collections instead of 10: an export-heavy
+# file spent 7.2-9.4 s collecting with Python's defaults, 1.1-1.2 s so
+# (benchmarks/results/gc_settings.json). Young garbage goes as usual; what only a full
+# collection frees goes later.
+FULL_COLLECTION_AFTER = 1000
 # The longest units of the run, longest first: each took 15 s or more of one worker in a
 # full run on a loaded 2-core machine (the site's browser test, last, is long only where
 # Chromium is). The rest keep their collection order. A stale entry costs balance, never a
@@ -78,3 +86,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return rank.get(name, len(rank))
 
     items.sort(key=key)  # stable: every file keeps its own order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)

@@ -1,8 +1,10 @@
 """How ``python -m pytest`` sets up the run (the root ``conftest.py``): the files handed out
-first exist, and torch's OpenMP threads wait passively in every process the run starts."""
+first exist, torch's OpenMP threads wait passively in every process the run starts, and the
+garbage collector runs full collections rarely."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import pathlib
@@ -14,12 +16,16 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_the_files_handed_out_first_exist_once_each() -> None:
+def _root_conftest():  # noqa: ANN202 - a module
     spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
     assert spec is not None and spec.loader is not None
-    root_conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(root_conftest)
-    long_first = root_conftest.LONG_FIRST
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_files_handed_out_first_exist_once_each() -> None:
+    long_first = _root_conftest().LONG_FIRST
     assert len(set(long_first)) == len(long_first)
     missing = [path for path in long_first if not (ROOT / path).is_file()]
     assert not missing, f"LONG_FIRST names files that are gone: {missing}"
@@ -39,3 +45,9 @@ def test_torch_in_a_process_the_run_starts_waits_passively() -> None:
     shown = child.stderr + child.stdout
     # OpenMP shows its default as PASSIVE too; the spin count tells them apart (300000 there)
     assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown and "GOMP_SPINCOUNT = '0'" in shown, shown[-2000:]
+
+
+def test_this_process_froze_what_collection_made_and_collects_in_full_rarely() -> None:
+    """Set once the tests are collected, in every worker (and in a run without workers)."""
+    assert gc.get_freeze_count() > 10_000  # torch alone leaves more than that
+    assert gc.get_threshold()[2] == _root_conftest().FULL_COLLECTION_AFTER

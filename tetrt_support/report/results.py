@@ -35,6 +35,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "host_cost": ("machine", "host_cost"),
     "install_time": ("machine", "protocol", "commands", "rounds"),
     "omp_wait_policy": ("machine", "protocol", "files", "rounds"),
+    "gc_settings": ("machine", "protocol", "file", "rounds"),
 }
 
 _COMMANDS = {
@@ -52,6 +53,7 @@ _COMMANDS = {
     "host_cost": "python -m benchmarks.perf --device cpu --suites host_cost",
     "install_time": "python scripts/install_time.py",
     "omp_wait_policy": "python scripts/wait_policy_time.py",
+    "gc_settings": "python scripts/gc_settings_time.py",
 }
 
 
