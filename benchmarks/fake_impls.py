@@ -46,6 +46,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import record
 from tetrt_support.report.timing import Stopwatch, time_calls
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -163,8 +164,7 @@ def run(sizes: FakeImplSizes) -> dict[str, Any]:
     from tetrt_support.report.fake_impl_measure import strategy_code_lines
 
     jobs = []
-    for repeat in range(sizes.repeats):
-        order = FAKE_IMPLS if repeat % 2 == 0 else tuple(reversed(FAKE_IMPLS))
+    for repeat, order in enumerate(record.alternating_orders(FAKE_IMPLS, sizes.repeats)):
         jobs += [(s, b, repeat) for b in sizes.backends for s in order]
     rows = []
     with Stopwatch() as wall:

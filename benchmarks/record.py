@@ -16,6 +16,7 @@ import platform
 import re
 import sys
 import traceback
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tetrt_support.report.results import RESULTS_DIR
@@ -92,6 +93,13 @@ def package_frames(e: BaseException) -> list[str]:
         if resolved.is_file() and resolved.is_relative_to(_REPO) and ".venv" not in resolved.parts:
             frames.append(f"{resolved.relative_to(_REPO).as_posix()}:{line} in {function}")
     return list(dict.fromkeys(frames))
+
+
+def alternating_orders(names: Sequence[Any], rounds: int) -> Iterator[tuple[Any, ...]]:
+    """``rounds`` orders of ``names``, reversed every other round, so that no setting always
+    runs first (on a cold cache or a machine whose load drifts)."""
+    for i in range(rounds):
+        yield tuple(names) if i % 2 == 0 else tuple(reversed(names))
 
 
 def write(path: pathlib.Path, result: dict[str, Any], *, indent: int = 2) -> None:

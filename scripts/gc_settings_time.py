@@ -39,6 +39,7 @@ _PLUGIN = textwrap.dedent(
     import pytest
 
     _seconds, _counts, _began = [0.0, 0.0, 0.0], [0, 0, 0], [0.0]
+    _PYTHON_THRESHOLD = gc.get_threshold()  # read when pytest loads the plugin, before the conftest's hook
 
     def _timed(phase, info):
         if phase == "start":
@@ -53,7 +54,7 @@ _PLUGIN = textwrap.dedent(
     def pytest_collection_finish(session):
         if os.environ["GC_SETTING"] == "python defaults":
             gc.unfreeze()
-            gc.set_threshold(700, 10, 10)
+            gc.set_threshold(*_PYTHON_THRESHOLD)
         _seconds[:] = [0.0, 0.0, 0.0]
         _counts[:] = [0, 0, 0]
 
@@ -89,9 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="tetrt-gc-") as tmp:
         workdir = pathlib.Path(tmp)
         (workdir / "gc_timing.py").write_text(_PLUGIN)
-        for i in range(args.rounds):
-            order = list(SETTINGS) if i % 2 == 0 else list(reversed(SETTINGS))
-            row: dict[str, Any] = {"order": order}
+        for i, order in enumerate(record.alternating_orders(SETTINGS, args.rounds)):
+            row: dict[str, Any] = {"order": list(order)}
             for setting in order:
                 row[setting] = _run(args.file, setting, workdir)
                 print(f"round {i + 1}: {setting}: {row[setting].get('gc_seconds')} s collecting, "

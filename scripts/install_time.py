@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     uv_command = readme_install_command()
     commands = {"uv (README)": uv_command, "pip": pip_only(uv_command)}
     rounds = []
-    for i in range(args.rounds):
-        order = list(commands) if i % 2 == 0 else list(reversed(commands))
+    for i, order in enumerate(record.alternating_orders(list(commands), args.rounds)):
         row: dict[str, Any] = {}
         for name in order:
             with tempfile.TemporaryDirectory(prefix="tetrt-install-") as workdir:
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"round {i + 1}: {name}: {row[name]['seconds']} s", flush=True)
         freezes = [r.pop("_freeze", None) for r in row.values()]
         row["same_packages"] = None if None in freezes else freezes[0] == freezes[1]
-        row["order"] = order
+        row["order"] = list(order)
         rounds.append(row)
     result = {
         "benchmark": "install_time",

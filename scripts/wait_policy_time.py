@@ -52,9 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     files = tuple(args.files)
     rounds = []
-    for i in range(args.rounds):
-        order = list(POLICIES) if i % 2 == 0 else list(reversed(POLICIES))
-        row: dict[str, Any] = {"order": order}
+    for i, order in enumerate(record.alternating_orders(list(POLICIES), args.rounds)):
+        row: dict[str, Any] = {"order": list(order)}
         for name in order:
             row[name] = _pair(files, POLICIES[name])
             print(f"round {i + 1}: {name}: {row[name]['both_seconds']} s", flush=True)
