@@ -62,3 +62,26 @@ def test_complex_log_on_the_negative_real_axis_keeps_its_branch_on_onnxruntime()
     compiled = tetrt_support.compile(program, backend="onnxruntime", min_block_size=1, check_engine_blocks=False)
     assert compiled.blocks_summary().startswith("1 engine block")
     torch.testing.assert_close(compiled(z), Log()(z))
+
+
+def test_an_aten_block_is_exported_with_the_exact_decompositions_in_one_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact functions replace the ATen nodes before torch.export traces the block, so
+    the only retrace is the exporter's own (a torch-level ``torch.atan2`` block, which export
+    turns into ATen, takes one more); the caller's block keeps its nodes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tetrt_support.compiler.engines import onnxruntime as engine
+
+    y, x = _pairs(torch.float32)
+    aten_block = make_fx(lambda a, b: torch.atan2(a, b) + torch.copysign(a, b))(y, x)
+    torch_block = torch.fx.symbolic_trace(_Fn(torch.atan2))
+    retraces: list[int] = []
+    original = torch.export.ExportedProgram.run_decompositions
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        lambda self, *a, **k: retraces.append(1) or original(self, *a, **k))
+    for block, expected in ((aten_block, 1), (torch_block, 2)):
+        retraces.clear()
+        engine.export_block_to_onnx(block, [y, x])
+        assert len(retraces) == expected
+    targets = {n.target for n in aten_block.graph.nodes if n.op == "call_function"}
+    assert {torch.ops.aten.atan2.default, torch.ops.aten.copysign.Tensor} <= targets

@@ -1,7 +1,13 @@
-"""The per-call amax reduction over a real 2-process gloo group on loopback."""
+"""The per-call amax reduction over a real 2-process gloo group on loopback, and how
+``run_gloo`` starts the ranks (forked from one launcher that made the imports once)."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import sys
+
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -46,3 +52,28 @@ def test_single_process_group_is_a_real_process_group() -> None:
         t = Float8CurrentScalingQuantizer().quantize(x, amax_reduction_group=group)
         assert torch.equal(t.dequantize(), Float8CurrentScalingQuantizer().quantize(x).dequantize())
     assert not dist.is_initialized()
+
+
+def _record_start(rank: int, world_size: int, directory: str) -> None:
+    preloaded = "torch._dynamo" in sys.modules  # before anything in this rank imports it
+    (pathlib.Path(directory) / str(rank)).write_text(f"{os.getppid()} {preloaded}")
+
+
+def _refuse_on_rank_one(rank: int, world_size: int) -> None:
+    if rank == 1:
+        raise ValueError("rank 1 refuses")
+
+
+def test_ranks_are_forked_from_one_launcher_with_the_preloaded_imports(tmp_path: pathlib.Path) -> None:
+    run_gloo(_record_start, 3, str(tmp_path), preload=("torch._dynamo",))
+    starts = [(tmp_path / str(rank)).read_text().split() for rank in range(3)]
+    parents = {parent for parent, _ in starts}
+    assert len(parents) == 1 and parents != {str(os.getpid())}  # one launcher, not this process
+    assert all(preloaded == "True" for _, preloaded in starts)
+
+
+def test_a_rank_error_reaches_the_caller_with_its_message() -> None:
+    from torch.multiprocessing import ProcessRaisedException
+
+    with pytest.raises(ProcessRaisedException, match="rank 1 refuses"):
+        run_gloo(_refuse_on_rank_one, 2)

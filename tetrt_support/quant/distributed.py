@@ -2,15 +2,17 @@
 
 FP8 current scaling can all-reduce its amax over a process group passed PER CALL
 (``quantize(x, amax_reduction_group=group)``), so every rank uses the same scale. These
-helpers start real groups on 127.0.0.1 -- several spawned processes, or one process for a
+helpers start real groups on 127.0.0.1 -- several processes, or one process for a
 group that only needs to exist (e.g. to show that a value quantizer refuses to hold one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,13 +40,29 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable[..., Any], args:
         dist.destroy_process_group()
 
 
-def run_gloo(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
-    """Run ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes sharing a gloo group.
+def run_gloo(fn: Callable[..., Any], world_size: int, *args: Any, preload: tuple[str, ...] = ()) -> None:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` new processes sharing a gloo group.
 
-    ``fn`` must be importable by name (a module-level function). Exceptions in a worker
-    re-raise here (torch.multiprocessing.spawn's ProcessRaisedException).
+    ``fn`` must be importable by name (a module-level function). One spawned launcher
+    process imports ``fn``'s module and the modules named in ``preload`` (what the ranks
+    would import later, e.g. ``torch._dynamo``), then forks the ranks, which share those
+    imports instead of each making them (seconds of CPU per rank). The launcher only
+    imports before it forks, so no OpenMP pool or Python thread is copied (if an import
+    started a thread, the ranks are spawned instead). A rank's exception
+    re-raises here as torch.multiprocessing's ProcessRaisedException, its traceback in
+    the message.
     """
-    mp.spawn(_worker, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True)
+    mp.start_processes(_launch_ranks, args=(world_size, fn, args, preload), nprocs=1, join=True,
+                       start_method="spawn")
+
+
+def _launch_ranks(_index: int, world_size: int, fn: Callable[..., Any], args: tuple, preload: tuple[str, ...]) -> None:
+    for name in preload:
+        importlib.import_module(name)
+    # an import that started a Python thread would leave its locks to the ranks: spawn them then
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    mp.start_processes(_worker, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True,
+                       start_method=method)
 
 
 @contextlib.contextmanager

@@ -587,8 +587,13 @@ def _run_all(rank: int, world_size: int, directory: str, names: tuple[str, ...])
         (pathlib.Path(directory) / "summary.json").write_text(json.dumps(summary))
 
 
+#: what every rank imports on its first compiled step and DTensor check: imported once before
+#: the ranks fork (``run_gloo``'s ``preload``) instead of once in each
+RANK_IMPORTS = ("torch._dynamo", "torch._dynamo.backends.common", "torch.distributed.tensor")
+
+
 def run_across_ranks(world_size: int = 2, names: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Spawn ``world_size`` gloo ranks on loopback once, run the demonstrations ``names``
+    """Start ``world_size`` gloo ranks on loopback once, run the demonstrations ``names``
     (default: all of :data:`DEMONSTRATIONS`) there and return rank 0's summary (keys: those
     names, and ``world_size``)."""
     from tetrt_support.quant.distributed import run_gloo
@@ -603,7 +608,7 @@ def run_across_ranks(world_size: int = 2, names: tuple[str, ...] | None = None) 
                          f"got {world_size}")
     with tempfile.TemporaryDirectory(prefix="tetrt-ranks-") as directory:
         try:
-            run_gloo(_run_all, world_size, directory, names)
+            run_gloo(_run_all, world_size, directory, names, preload=RANK_IMPORTS)
         except Exception as error:
             failures = sorted(pathlib.Path(directory).glob("failed.*"))
             detail = "\n".join(f"rank {f.suffix[1:]}:\n{f.read_text()}" for f in failures)

@@ -36,6 +36,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "install_time": ("machine", "protocol", "commands", "rounds"),
     "omp_wait_policy": ("machine", "protocol", "files", "rounds"),
     "gc_settings": ("machine", "protocol", "file", "rounds"),
+    "suite_cpu_time": ("machine", "protocol", "base", "targets", "rounds"),
 }
 
 _COMMANDS = {
@@ -54,6 +55,7 @@ _COMMANDS = {
     "install_time": "python scripts/install_time.py",
     "omp_wait_policy": "python scripts/wait_policy_time.py",
     "gc_settings": "python scripts/gc_settings_time.py",
+    "suite_cpu_time": "python scripts/suite_cpu_time.py",
 }
 
 

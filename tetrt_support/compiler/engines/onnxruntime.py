@@ -1,7 +1,9 @@
 """The ONNX Runtime engine: the CPU stand-in for a TensorRT engine.
 
 Each block is exported with ``torch.export`` then torch.onnx's dynamo exporter (what
-``torch.onnx.export(..., dynamo=True)`` runs, its translation registry built once) and run by ``onnxruntime.InferenceSession`` on the CPU provider, dtypes kept. Like TensorRT, it
+``torch.onnx.export(..., dynamo=True)`` runs, its translation registry built once) and run
+by ``onnxruntime.InferenceSession`` on the CPU provider, dtypes kept; a block equal to one
+exported before in the process reuses its bytes (:data:`EXPORTED`). Like TensorRT, it
 has no complex arithmetic here, so ``supports`` refuses every complex node (why:
 ``docs/architecture.md``, "Module notes"). The built module keeps the ONNX bytes, pickles as
 them, and recreates the session on first use after unpickling.
@@ -32,9 +34,10 @@ from tetrt_support.compiler.engines.base import (
     refuse_gradient_inputs,
     standalone_block,
 )
+from tetrt_support.compiler.engines.build_cache import BuildCache, block_key
 from tetrt_support.compiler.engines.onnx_exact_ops import EXACT_DECOMPOSITIONS
 
-__all__ = ["OnnxRuntimeBlock", "OnnxRuntimeEngine", "export_block_to_onnx", "onnx_translatable"]
+__all__ = ["EXPORTED", "OnnxRuntimeBlock", "OnnxRuntimeEngine", "export_block_to_onnx", "exported_block_key", "onnx_translatable"]
 
 # The registry logs one warning per missing torchvision op on every export; not our concern.
 _NOISY_LOGGERS = ("torch.onnx._internal.exporter._registration",)
@@ -161,10 +164,12 @@ def export_block_to_onnx(
     with _quiet_exporter():
         # torch.export first, by hand: given a module, torch.onnx.export would retry a failed
         # export with other capture strategies and hide the real error.
-        exported = torch.export.export(block, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
+        exported = torch.export.export(
+            _with_exact_decompositions(block), tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False
+        )
         check_ints_stayed_symbolic("onnxruntime", exported, example_inputs)  # an int input is a 0-d int64
         inexact = {n.target for n in exported.graph.nodes} & EXACT_DECOMPOSITIONS.keys()
-        if inexact:  # torchlib's atan2 / copysign would be wrong or missing: see onnx_exact_ops
+        if inexact:  # from a block that is not an ATen graph (torch.atan2): one more trace
             exported = exported.run_decompositions({op: EXACT_DECOMPOSITIONS[op] for op in inexact})
         # What torch.onnx.export(exported, dynamo=True, optimize=True) runs, with the
         # registry built once instead of on every call (``_registry``).
@@ -177,6 +182,34 @@ def export_block_to_onnx(
             opset_version=_opset(),
         )
     return program.model_proto.SerializeToString()
+
+
+#: the ONNX bytes of every block this process exported (dropped past 512 MiB), so that a block
+#: built again (the same model compiled twice, equal blocks of two models) is not exported again
+EXPORTED = BuildCache(max_bytes=512 * 2**20)
+
+
+def exported_block_key(
+    block: fx.GraphModule, example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None = None
+) -> str | None:
+    """:func:`~tetrt_support.compiler.engines.build_cache.block_key` of what
+    :func:`export_block_to_onnx` reads, the exporter's configuration included."""
+    config = (_opset(), tuple(map(str, extra_translations())), tuple(map(str, EXACT_DECOMPOSITIONS)))
+    return block_key(block, example_inputs, dynamic_shapes_for_export(example_inputs, dynamic_dims, block), *config)
+
+
+def _with_exact_decompositions(block: fx.GraphModule) -> fx.GraphModule:
+    """``block``, or a copy whose ATen atan2/copysign/signbit nodes call the exact
+    decompositions (torchlib's would be wrong or missing: see onnx_exact_ops), which
+    torch.export then traces in the same pass instead of a second one."""
+    if not any(n.op == "call_function" and n.target in EXACT_DECOMPOSITIONS for n in block.graph.nodes):
+        return block
+    exact = standalone_block(block)
+    for node in exact.graph.nodes:
+        if node.op == "call_function" and node.target in EXACT_DECOMPOSITIONS:
+            node.target = EXACT_DECOMPOSITIONS[node.target]
+    exact.recompile()
+    return exact
 
 
 def _to_numpy(x: torch.Tensor | int, index: int) -> np.ndarray:
@@ -303,7 +336,10 @@ class OnnxRuntimeEngine(Engine):
         self, block: fx.GraphModule, example_inputs: list[torch.Tensor], dynamic_dims: DynamicDims | None
     ) -> torch.nn.Module:
         spec, leaves = _output_structure(block)
-        model_bytes = export_block_to_onnx(block, example_inputs, dynamic_dims)
+        model_bytes = EXPORTED.get_or_build(
+            exported_block_key(block, example_inputs, dynamic_dims),
+            lambda: export_block_to_onnx(block, example_inputs, dynamic_dims),
+        )
         names = [f"input_{i}" for i in range(len(example_inputs))]
         built = OnnxRuntimeBlock(model_bytes, names, spec, leaves, standalone_block(block))
         n_outputs = len(built._session_and_feeds()[0].get_outputs())
