@@ -24,7 +24,8 @@ from tetrt_support.report import results
                                              ("gpu_check_inline_cuda_h100_stopped.json", "gpu_check"),
                                              ("install_time.json", "install_time"),
                                              ("omp_wait_policy.json", "omp_wait_policy"),
-                                             ("gc_settings.json", "gc_settings")])
+                                             ("gc_settings.json", "gc_settings"),
+                                             ("suite_cpu_time.json", "suite_cpu_time")])
 def test_every_stored_file_is_a_complete_results_file(name: str, benchmark: str) -> None:
     result = results.load(results.RESULTS_DIR / name, benchmark)
     assert set(results.SECTIONS[benchmark]) <= set(result)

@@ -3,9 +3,8 @@
 An engine that serializes a block (ONNX Runtime) reads only the block's graphs, the tensors
 it holds, its example inputs' metadata and the ``dynamic_shapes`` its export gets; weights
 reach it as inputs. :func:`block_key` hashes exactly that, and :class:`BuildCache` returns
-the bytes of an earlier build with the same key instead of exporting again. Like
-Torch-TensorRT's engine cache (graph with weights stripped, input specs, engine settings),
-but in memory, always on, and with nothing to refit.
+the bytes of an earlier build with the same key instead of exporting again. Torch-TensorRT's
+engine cache, compared: ``docs/architecture.md`` ("Module notes", the ONNX Runtime engine).
 """
 
 from __future__ import annotations
