@@ -22,8 +22,8 @@ from tetrt_support.report import Table, distributed_training
 from tetrt_support.report.abstract import bound, share
 
 print("torch", torch.__version__.split("+")[0])
-# The ranks are spawned once, here: each imports torch and this package, and runs every
-# demonstration of sections 3-7 in that one spawn; the sections read rank 0's summary.
+# The ranks start once, here (forked from one launcher that imported torch and this package),
+# and run every demonstration of sections 3-7 in that one start; the sections read rank 0's summary.
 summary = distributed_training.run_across_ranks(world_size=2)
 print("ranks:", summary["world_size"], "| demonstrations:",
       ", ".join(k for k in summary if k != "world_size"))

@@ -76,10 +76,35 @@ def test_a_dynamic_dims_bounds_are_in_the_key() -> None:
     assert len(keys) == 2
 
 
+def test_the_trace_mode_and_a_grad_input_are_in_the_key() -> None:
+    x = torch.randn(3, 4)
+    base = exported_block_key(_block(), [x])
+    assert exported_block_key(_block(), [x.requires_grad_()]) != base
+    with torch.no_grad():
+        assert exported_block_key(_block(), [x.detach()]) != base
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert exported_block_key(_block(), [x.detach()]) != base
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _scaled_tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 2
+
+
 def test_a_block_holding_something_else_than_tensors_and_graphs_is_not_stored() -> None:
     block = _block()
     block.add_submodule("plain", torch.nn.Linear(4, 4))  # not a graph: its forward is not in the key
     assert exported_block_key(block, [torch.randn(3, 4)]) is None
+    calling = _block()  # a Python function reads as its __name__ alone in the generated code
+    node = calling.graph.find_nodes(op="call_function", target=torch.tanh)[0]
+    node.target = _scaled_tanh
+    calling.recompile()
+    assert exported_block_key(calling, [torch.randn(3, 4)]) is None
+    aten = make_fx(lambda x: torch.tanh(x) + 1)(torch.randn(3, 4))  # ATen ops and operator.* are named
+    assert exported_block_key(aten, [torch.randn(3, 4)]) is not None
     cache = BuildCache(max_bytes=100)
     assert cache.get_or_build(None, lambda: b"abc") == b"abc"
     assert cache.info().entries == 0
@@ -123,8 +148,10 @@ def test_compiling_a_model_again_exports_nothing(empty_cache: BuildCache) -> Non
     assert misses >= 1 and empty_cache.info().misses == misses and empty_cache.info().hits == misses
     with torch.no_grad():
         model.proj.weight.mul_(-1)  # weights are engine inputs: the reused bytes follow them
-        program2 = torch.export.export(model, (x,))
-        third = tetrt_support.compile(program2, backend="onnxruntime")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        third = tetrt_support.compile(torch.export.export(model, (x,)), backend="onnxruntime")
+    with torch.no_grad():
         torch.testing.assert_close(third(x)["out"], model(x)["out"])
         torch.testing.assert_close(second(x)["out"], first(x)["out"])
     assert empty_cache.info().misses == misses  # other weights, the same exported model

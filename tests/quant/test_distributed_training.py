@@ -1,4 +1,4 @@
-"""Quantized training across gloo ranks (spawned processes), against one process:
+"""Quantized training across gloo ranks (separate processes), against one process:
 
 - the quantized Linear with ``amax_reduction_group``: each rank's rows of a batch give the
   bytes one process gives for the whole batch, eager and compiled (the all-reduce in the graph);
@@ -8,8 +8,8 @@
 
 The per-rank logic is :mod:`tetrt_support.report.distributed_training`'s (notebook 09 shows
 the same runs); each rank reduces every check to a flag that is true on all ranks, and the
-tests read rank 0's summary. Starting the processes dominates (each imports torch and this
-package, about 20 s on two cores), so one spawn per world size runs every check.
+tests read rank 0's summary. Starting the ranks costs more than most checks (a launcher
+imports torch and this package, then forks them), so one start per world size runs every check.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 the per-rank logic that ``tests/quant/test_distributed_training.py`` checks (one definition).
 
 :func:`shards_against_whole` quantizes the shards of a batch in one process, each with its
-own amax or with the whole batch's. :func:`run_across_ranks` spawns the gloo ranks once
+own amax or with the whole batch's. :func:`run_across_ranks` starts the gloo ranks once
 (:func:`tetrt_support.quant.distributed.run_gloo`), runs the multi-rank demonstrations in
-that one spawn and returns rank 0's summary: plain numbers, flags (each a check, true on
+that one start and returns rank 0's summary: plain numbers, flags (each a check, true on
 every rank) and graph lines, nothing that varies from run to run (no timings, ports or
 process ids).
 """
@@ -82,7 +82,7 @@ def shards_against_whole(x: torch.Tensor, shards: int = 2) -> list[dict[str, Any
     return rows
 
 
-# ------------------------------------------------------------------ in the spawned ranks
+# ------------------------------------------------------------------ in the ranks
 
 
 def _step(fn: Any, layer: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:

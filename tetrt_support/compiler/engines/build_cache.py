@@ -10,6 +10,7 @@ engine cache, compared: ``docs/architecture.md`` ("Module notes", the ONNX Runti
 from __future__ import annotations
 
 import hashlib
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,8 +45,20 @@ def _tensor_digest(t: torch.Tensor) -> str:
 
 def _input_digest(x: Any) -> str:
     if isinstance(x, torch.Tensor):
-        return f"tensor {x.dtype}{tuple(x.shape)}{x.stride()}{x.device}"
+        return f"tensor {x.dtype}{tuple(x.shape)}{x.stride()}{x.device} grad={x.requires_grad}"
     return f"{type(x).__name__} {x!r}"  # an int input: export marks it dynamic
+
+
+# Targets the generated code names unambiguously: torch's op objects (``torch.ops...``) and
+# functions built into C (``torch.tanh``, ``operator.mul``). A Python function is named there
+# by its ``__name__`` only, so two different functions could read the same: a block calling
+# one is not stored.
+_NAMED_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator,
+                types.BuiltinFunctionType)
+
+
+def _named_unambiguously(target: Any) -> bool:
+    return isinstance(target, _NAMED_TYPES)
 
 
 def _dims_digest(shapes: Any) -> str:
@@ -64,14 +77,17 @@ def _dims_digest(shapes: Any) -> str:
 def block_key(
     block: fx.GraphModule, example_inputs: list[Any], dynamic_shapes: Any, *engine_config: Any
 ) -> str | None:
-    """A digest of what building ``block`` reads, or ``None`` if the block holds something
-    other than tensors and graphs (which could not be told apart by value)."""
+    """A digest of what building ``block`` reads (and the grad mode and default dtype a trace
+    runs under), or ``None`` if the block holds something other than tensors and graphs or
+    calls a function the generated code cannot name unambiguously."""
     digest = hashlib.sha256()
     for name, module in block.named_modules():
         if not isinstance(module, fx.GraphModule):
             return None
         digest.update(f"module {name}\n{module.code}\n".encode())
         for node in module.graph.nodes:
+            if node.op == "call_function" and not _named_unambiguously(node.target):
+                return None
             if node.op != "get_attr":
                 continue
             obj: Any = module
@@ -84,6 +100,7 @@ def block_key(
     for i, x in enumerate(example_inputs):
         digest.update(f"input {i} {_input_digest(x)}\n".encode())
     digest.update(f"dynamic {_dims_digest(dynamic_shapes)}\n".encode())
+    digest.update(f"trace grad={torch.is_grad_enabled()} {torch.get_default_dtype()}\n".encode())
     digest.update(f"engine {engine_config!r}\n".encode())
     return digest.hexdigest()
 

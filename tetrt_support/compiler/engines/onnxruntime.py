@@ -37,7 +37,10 @@ from tetrt_support.compiler.engines.base import (
 from tetrt_support.compiler.engines.build_cache import BuildCache, block_key
 from tetrt_support.compiler.engines.onnx_exact_ops import EXACT_DECOMPOSITIONS
 
-__all__ = ["EXPORTED", "OnnxRuntimeBlock", "OnnxRuntimeEngine", "export_block_to_onnx", "exported_block_key", "onnx_translatable"]
+__all__ = [
+    "EXPORTED", "OnnxRuntimeBlock", "OnnxRuntimeEngine", "export_block_to_onnx", "exported_block_key",
+    "onnx_translatable",
+]
 
 # The registry logs one warning per missing torchvision op on every export; not our concern.
 _NOISY_LOGGERS = ("torch.onnx._internal.exporter._registration",)
