@@ -52,19 +52,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import pathlib
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-perf-inductor-"))
+from benchmarks import record
+
+record.private_inductor_cache("tetrt-perf-inductor-")  # before torch loads
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from benchmarks import record  # noqa: E402
 from tetrt_support.report.timing import Stopwatch  # noqa: E402
 
 # suite -> the results file it belongs to ({device} is filled in)

@@ -8,13 +8,16 @@ measurement.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import os
 import pathlib
 import platform
 import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -22,6 +25,17 @@ from typing import Any
 from tetrt_support.report.results import RESULTS_DIR
 
 SMOKE_DIR = RESULTS_DIR / "smoke"
+
+
+def private_inductor_cache(prefix: str) -> str:
+    """``TORCHINDUCTOR_CACHE_DIR`` as the caller set it, else a fresh directory named
+    ``prefix...`` that is removed when the process exits (timings then start from an empty
+    cache). Call it before torch is imported."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        path = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, path, True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def results_path(name: str, *, smoke: bool, out_dir: pathlib.Path | None = None) -> pathlib.Path:

@@ -13,14 +13,14 @@ Shared by :mod:`benchmarks.train_step`, :mod:`benchmarks.step_bounds`,
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-train-step-"))
+from benchmarks import record
+
+record.private_inductor_cache("tetrt-train-step-")
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402

@@ -33,17 +33,17 @@ from __future__ import annotations
 
 import os
 import pathlib
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-train-step-"))
+from benchmarks import record
+
+record.private_inductor_cache("tetrt-train-step-")
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 
-from benchmarks import record  # noqa: E402
 from benchmarks.steps import (  # noqa: E402
     CUSTOM_OPS,
     DEFAULT_SIZES,

@@ -31,12 +31,14 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from typing import Any
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-gpu-check-"))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.record import private_inductor_cache  # noqa: E402
+
+private_inductor_cache("tetrt-gpu-check-")  # before torch loads
 
 import torch  # noqa: E402
 

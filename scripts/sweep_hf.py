@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import platform
 import sys
-import tempfile
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tetrt-sweep-inductor-"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from benchmarks.record import private_inductor_cache  # noqa: E402
+
+private_inductor_cache("tetrt-sweep-inductor-")  # before torch loads
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
