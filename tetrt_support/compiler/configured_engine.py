@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tetrt_support.compiler.engines.base import DynamicDims, Engine, standalone_block
+from tetrt_support.compiler.engines.base import DynamicDims, Engine, attribute_at, standalone_block
 from tetrt_support.compiler.partition import block_kind, run_block_in_pytorch
 from tetrt_support.compiler.functionalize import writes_in_place
 from tetrt_support.compiler.settings import CompilationSettings, op_qualified_name
@@ -71,13 +71,6 @@ class FullCompilationError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- weights as inputs
-def _tensor_attr(module: torch.nn.Module, target: str) -> Any:
-    obj: Any = module
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def lift_weights_to_inputs(block: fx.GraphModule) -> tuple[fx.GraphModule, list[str], list[torch.Tensor]]:
     """``block`` with every tensor it reads by ``get_attr`` turned into a trailing input.
 
@@ -96,7 +89,7 @@ def lift_weights_to_inputs(block: fx.GraphModule) -> tuple[fx.GraphModule, list[
     for node in nodes:
         if node.op != "get_attr" or node.target in by_target:
             continue
-        value = _tensor_attr(block, str(node.target))
+        value = attribute_at(block, str(node.target))
         if not isinstance(value, torch.Tensor):
             continue
         ph = graph.placeholder("w_" + re.sub(r"\W", "_", str(node.target)))  # "0.weight": not an identifier
@@ -150,7 +143,7 @@ class WeightsAsInputs(torch.nn.Module):
             _set_path(self.weights, name, tensor)
 
     def weight_values(self) -> list[torch.Tensor]:
-        return [_tensor_attr(self.weights, name) for name in self.weight_names]
+        return [attribute_at(self.weights, name) for name in self.weight_names]
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         weights = self.weight_values()
@@ -171,7 +164,7 @@ class _GraphWithWeights(torch.nn.Module):
         self.weight_names = list(names)
 
     def forward(self, *inputs: torch.Tensor) -> Any:
-        return self.graph_module(*inputs, *(_tensor_attr(self.weights, n) for n in self.weight_names))
+        return self.graph_module(*inputs, *(attribute_at(self.weights, n) for n in self.weight_names))
 
 
 # --------------------------------------------------------------------------- truncate_double
@@ -181,7 +174,7 @@ def _truncated_to_float32(block: fx.GraphModule) -> fx.GraphModule:
     twin = standalone_block(block)
     for node in twin.graph.nodes:
         if node.op == "get_attr":
-            value = _tensor_attr(twin, str(node.target))
+            value = attribute_at(twin, str(node.target))
             if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
                 *path, field = str(node.target).split(".")
                 owner = twin.get_submodule(".".join(path)) if path else twin
@@ -198,7 +191,7 @@ def _reads_float64(block: fx.GraphModule, example_inputs: list[torch.Tensor]) ->
         return True
     for node in block.graph.nodes:
         if node.op == "get_attr":
-            value = _tensor_attr(block, str(node.target))
+            value = attribute_at(block, str(node.target))
             if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
                 return True
     return False

@@ -40,6 +40,7 @@ __all__ = [
     "keep_scalars_0d",
     "scalar_outputs",
     "standalone_block",
+    "attribute_at",
 ]
 
 # dynamic_dims[i] maps a dim index of input i to a symbol name; one name = one symbol.
@@ -189,6 +190,14 @@ def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
     return f"a {type(x).__name__}"
+
+
+def attribute_at(module: torch.nn.Module, target: str) -> Any:
+    """What a ``get_attr`` node with ``target`` (a dotted path) reads from ``module``."""
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def standalone_block(block: fx.GraphModule) -> fx.GraphModule:

@@ -21,6 +21,8 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.export.dynamic_shapes import Dim
 
+from tetrt_support.compiler.engines.base import attribute_at
+
 __all__ = ["BuildCache", "CacheInfo", "block_key"]
 
 
@@ -57,10 +59,6 @@ _NAMED_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.H
                 types.BuiltinFunctionType)
 
 
-def _named_unambiguously(target: Any) -> bool:
-    return isinstance(target, _NAMED_TYPES)
-
-
 def _dims_digest(shapes: Any) -> str:
     """Every Dim export receives, with its bounds (a derived Dim's repr hides its root's)."""
 
@@ -86,13 +84,11 @@ def block_key(
             return None
         digest.update(f"module {name}\n{module.code}\n".encode())
         for node in module.graph.nodes:
-            if node.op == "call_function" and not _named_unambiguously(node.target):
+            if node.op == "call_function" and not isinstance(node.target, _NAMED_TYPES):
                 return None
             if node.op != "get_attr":
                 continue
-            obj: Any = module
-            for atom in str(node.target).split("."):
-                obj = getattr(obj, atom)
+            obj = attribute_at(module, str(node.target))
             if isinstance(obj, torch.Tensor):
                 digest.update(f"attr {name}.{node.target} {_tensor_digest(obj)}\n".encode())
             elif not isinstance(obj, fx.GraphModule):

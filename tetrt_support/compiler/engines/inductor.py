@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tetrt_support.compiler.engines.base import DynamicDims, Engine, is_int_input, standalone_block
+from tetrt_support.compiler.engines.base import DynamicDims, Engine, attribute_at, is_int_input, standalone_block
 
 __all__ = ["InductorBlock", "InductorEngine"]
 
@@ -41,18 +41,11 @@ class _Compiled:
         return bool(eval(self.guards, SYMPY_INTERP, local))  # noqa: S307 - torch's own guard code
 
 
-def _attribute(module: torch.nn.Module, target: str) -> Any:
-    value: Any = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _weight_names(block: fx.GraphModule) -> list[str]:
     """The tensor attributes ``block``'s graph reads, in graph order, each once."""
     names: list[str] = []
     for node in block.graph.find_nodes(op="get_attr"):
-        if node.target not in names and isinstance(_attribute(block, node.target), torch.Tensor):
+        if node.target not in names and isinstance(attribute_at(block, node.target), torch.Tensor):
             names.append(node.target)
     return names
 
@@ -170,7 +163,7 @@ class InductorBlock(torch.nn.Module):
         from torch._inductor.compile_fx import compile_fx
 
         weights = self._weights
-        flat = inputs + tuple(_attribute(self.block, name) for name in weights)
+        flat = inputs + tuple(attribute_at(self.block, name) for name in weights)
         dynamic = self._dynamic(inputs) + [set() for _ in weights]
         key = (tuple(weights), *_static_key(flat, dynamic))
         found = self._find(flat, key)
